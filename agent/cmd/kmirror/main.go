@@ -1,0 +1,62 @@
+// Command kmirror is the one binary for the mirroring agent (`kmirror agent`),
+// the operator CLI and the developer tools (`kmirror dev-cluster`).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// command is one subcommand: run receives the arguments after its name.
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string) error
+}
+
+// commands is filled by the init functions of the files that implement them.
+var commands = map[string]command{}
+
+func register(name, summary string, run func(ctx context.Context, args []string) error) {
+	commands[name] = command{summary: summary, run: run}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: kmirror COMMAND [flags]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-12s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(os.Stderr, "\nRun `kmirror COMMAND -h` for the flags of one command.")
+}
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+		usage()
+		os.Exit(2)
+	}
+	cmd, ok := commands[os.Args[1]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "kmirror: unknown command %q\n\n", os.Args[1])
+		usage()
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := cmd.run(ctx, os.Args[2:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
+		fmt.Fprintf(os.Stderr, "kmirror %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
