@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestDevClusterFlagErrors checks that each bad value is refused before
+// anything starts, with an error naming the flag.
+func TestDevClusterFlagErrors(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	busyPort := busy.Addr().(*net.TCPAddr).Port
+
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--brokers", "0"}, []string{"--brokers must be at least 1"}},
+		{[]string{"--port", "-1"}, []string{"--port must be between 0 and 65535"}},
+		{[]string{"--port", "65535", "--brokers", "2"}, []string{"--port 65535 with --brokers 2", "choose a lower --port"}},
+		{[]string{"--log-level", "loud"}, []string{`--log-level "loud"`}},
+		{[]string{"--name", ""}, []string{"--name must not be empty"}},
+		{[]string{"extra"}, []string{`unexpected argument "extra"`}},
+		{[]string{"--port", strconv.Itoa(busyPort)}, []string{
+			"--port", fmt.Sprintf("port %d is already in use", busyPort), "try --port"}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // a run that got past validation would return at once
+			err := devCluster(ctx, tc.args, io.Discard, io.Discard)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+
+	if err := devCluster(context.Background(), []string{"-h"}, io.Discard, io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: %v, want flag.ErrHelp (exit status 2)", err)
+	}
+}
+
+// kmirrorBinary returns the kmirror binary to run: $KMIRROR_BIN when the
+// make target already built it, else a fresh build of this package.
+func kmirrorBinary(t *testing.T) string {
+	t.Helper()
+	if bin := os.Getenv("KMIRROR_BIN"); bin != "" {
+		return bin
+	}
+	bin := filepath.Join(t.TempDir(), "kmirror")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("building kmirror: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// freePortPair returns a port P such that P and P+1 were free a moment ago.
+func freePortPair(t *testing.T) int {
+	t.Helper()
+	for range 20 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if p >= 65535 {
+			continue
+		}
+		if ln2, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+1)); err == nil {
+			ln2.Close()
+			return p
+		}
+	}
+	t.Fatal("no two adjacent free ports found")
+	return 0
+}
+
+// devProcess is a running `kmirror dev-cluster`.
+type devProcess struct {
+	cmd    *exec.Cmd
+	lines  chan string // stdout lines; closed at EOF
+	stderr *syncBuffer
+}
+
+// startDevCluster starts the binary and waits for its bootstrap line. It
+// returns ok=false (and no error) when the ports were taken in the meantime,
+// so the caller can pick others.
+func startDevCluster(t *testing.T, bin string, args ...string) (p *devProcess, bootstrap string, ok bool) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"dev-cluster"}, args...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = &devProcess{cmd: cmd, lines: make(chan string, 16), stderr: new(syncBuffer)}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+		close(p.lines)
+	}()
+	select {
+	case line, open := <-p.lines:
+		if !open {
+			err := cmd.Wait()
+			if strings.Contains(p.stderr.String(), "already in use") {
+				return nil, "", false
+			}
+			t.Fatalf("dev-cluster exited before printing the bootstrap line (%v):\n%s", err, p.stderr)
+		}
+		rest, found := strings.CutPrefix(line, "bootstrap: ")
+		if !found {
+			t.Fatalf("first stdout line %q is not the bootstrap line", line)
+		}
+		return p, rest, true
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no bootstrap line within a minute; stderr:\n%s", p.stderr)
+	}
+	return nil, "", false
+}
+
+// stop sends SIGTERM and returns the exit code.
+func (p *devProcess) stop(t *testing.T) int {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return exit.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(30 * time.Second):
+		t.Fatalf("dev-cluster did not stop within 30s of SIGTERM; stderr:\n%s", p.stderr)
+		return -1
+	}
+}
+
+// TestDevClusterBinary runs the real binary: two brokers on fixed ports,
+// produce and consume through them, refuse a keyless record on a compacted
+// topic (strict by default), and exit 0 on SIGTERM with nothing else on
+// stdout.
+func TestDevClusterBinary(t *testing.T) {
+	bin := kmirrorBinary(t)
+
+	var (
+		p         *devProcess
+		bootstrap string
+		port      int
+	)
+	for attempt := 0; ; attempt++ {
+		port = freePortPair(t)
+		var ok bool
+		p, bootstrap, ok = startDevCluster(t, bin, "--name", "bin-test", "--brokers", "2", "--port", strconv.Itoa(port), "--log-level", "warn")
+		if ok {
+			break
+		}
+		if attempt == 4 {
+			t.Fatal("ports kept being taken by something else")
+		}
+	}
+	if want := fmt.Sprintf("127.0.0.1:%d,127.0.0.1:%d", port, port+1); bootstrap != want {
+		t.Fatalf("bootstrap %q, want %q", bootstrap, want)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(strings.Split(bootstrap, ",")...),
+		kgo.DefaultProduceTopic("demo"),
+		kgo.ConsumeTopics("demo"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+
+	meta, err := adm.Metadata(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if meta.Cluster != "bin-test" || len(meta.Brokers) != 2 {
+		t.Fatalf("metadata: cluster %q with %d brokers, want bin-test with 2", meta.Cluster, len(meta.Brokers))
+	}
+	if _, err := adm.CreateTopic(ctx, 2, 1, nil, "demo"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	for i := range n {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "v%d", i)}).FirstErr(); err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+	}
+	seen := make(map[string]bool)
+	for len(seen) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("consumed %d of %d records before the deadline", len(seen), n)
+		}
+		for _, fe := range fs.Errors() {
+			t.Fatalf("fetch %s/%d: %v", fe.Topic, fe.Partition, fe.Err)
+		}
+		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)] = true })
+	}
+
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, "compacted"); err != nil {
+		t.Fatal(err)
+	}
+	err = cl.ProduceSync(ctx, &kgo.Record{Topic: "compacted", Value: []byte("no key")}).FirstErr()
+	if !errors.Is(err, kerr.InvalidRecord) {
+		t.Fatalf("keyless record on a compacted topic: %v, want INVALID_RECORD from the strict layer", err)
+	}
+	cl.Close()
+
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM, want 0; stderr:\n%s", code, p.stderr)
+	}
+	for line := range p.lines {
+		t.Errorf("unexpected extra stdout line %q", line)
+	}
+}
+
+// syncBuffer lets the test read stderr while exec copies into it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

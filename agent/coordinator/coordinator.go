@@ -1,0 +1,323 @@
+// Package coordinator owns the agent's mirrors: it persists their intent and
+// per-partition state in the state topic, creates and grows destination
+// topics, and runs one partition mirror per source partition. Nothing else
+// starts or stops a partition mirror.
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kmirror/kmirror/agent/fetcher"
+	"github.com/kmirror/kmirror/agent/leaders"
+	"github.com/kmirror/kmirror/agent/partition"
+	"github.com/kmirror/kmirror/agent/statestore"
+	"github.com/kmirror/kmirror/agent/writer"
+)
+
+// Source is how a mirror reaches its source cluster.
+type Source struct {
+	BootstrapServers []string `json:"bootstrap_servers"`
+}
+
+// MirrorSpec is what a user declares for a mirror.
+type MirrorSpec struct {
+	Name   string   `json:"name"`
+	Source Source   `json:"source"`
+	Topics []string `json:"topics"`
+	// TopicConfigExclude is mirror.topic.properties.exclude; nil means the
+	// KIP's default list.
+	TopicConfigExclude []string `json:"topic_config_exclude,omitempty"`
+}
+
+var mirrorName = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,200}$`)
+
+// topicName is Kafka's rule for topic names (legal characters, at most 249).
+var topicName = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
+
+// Validate says what is wrong with a spec, naming the field.
+func (s MirrorSpec) Validate() error {
+	var errs []string
+	if !mirrorName.MatchString(s.Name) {
+		errs = append(errs, fmt.Sprintf("name %q: use 1 to 200 letters, digits, '.', '_' or '-'", s.Name))
+	}
+	if len(s.Source.BootstrapServers) == 0 {
+		errs = append(errs, "source.bootstrap_servers: give at least one HOST:PORT of the source cluster")
+	}
+	for _, b := range s.Source.BootstrapServers {
+		if i := strings.LastIndexByte(b, ':'); i <= 0 || i == len(b)-1 {
+			errs = append(errs, fmt.Sprintf("source.bootstrap_servers: %q is not HOST:PORT", b))
+		}
+	}
+	seen := map[string]bool{}
+	for _, t := range s.Topics {
+		switch {
+		case !topicName.MatchString(t) || t == "." || t == "..":
+			errs = append(errs, fmt.Sprintf("topics: %q is not a valid Kafka topic name (1 to 249 letters, digits, '.', '_' or '-')", t))
+		case seen[t]:
+			errs = append(errs, fmt.Sprintf("topics: %q is listed twice", t))
+		case strings.HasPrefix(t, "__"):
+			errs = append(errs, fmt.Sprintf("topics: %q is an internal topic and cannot be mirrored", t))
+		}
+		seen[t] = true
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid mirror %q: %s", s.Name, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Config is what a coordinator runs with.
+type Config struct {
+	// Destination connects to the destination cluster (seed brokers, TLS,
+	// SASL).
+	Destination []kgo.Opt
+	// SourceOpts turns a mirror's Source into client options; the default
+	// uses the bootstrap servers only.
+	SourceOpts func(Source) []kgo.Opt
+	StateTopic string
+	// BufferBytes bounds fetched-but-unwritten bytes across all mirrors
+	// (default 256 MiB).
+	BufferBytes int64
+	// RefreshInterval is how often source topics are checked for new
+	// partitions (mirror.metadata.refresh.interval.ms, default 30s).
+	RefreshInterval time.Duration
+	Logger          hclog.Logger
+}
+
+// Coordinator runs the mirrors of one agent.
+type Coordinator struct {
+	cfg    Config
+	log    hclog.Logger
+	store  *statestore.Store
+	dst    *kgo.Client
+	dstAdm *kadm.Client
+	writer *writer.Writer
+	budget *fetcher.Budget
+
+	mu      sync.Mutex
+	runCtx  context.Context
+	mirrors map[string]*mirror
+}
+
+// mirrorRecord is a mirror as the state topic keeps it.
+type mirrorRecord struct {
+	Spec MirrorSpec `json:"spec"`
+	// ProducerID and Epoch are the idempotent writer of every partition of
+	// the mirror: fixed for its life so that sequences stay deterministic.
+	ProducerID int64     `json:"producer_id"`
+	Epoch      int16     `json:"producer_epoch"`
+	Created    time.Time `json:"created"`
+}
+
+// partitionRecord is a partition's persisted state.
+type partitionRecord struct {
+	State  partition.State `json:"state"`
+	Reason string          `json:"reason,omitempty"`
+}
+
+// topicRecord is what the agent remembers of a mirror topic.
+type topicRecord struct {
+	SourceTopicID kadm.TopicID `json:"source_topic_id"`
+}
+
+func mirrorKey(name string) string { return "mirror/" + name }
+func topicKey(m, t string) string  { return "topic/" + m + "/" + t }
+func partitionKey(m string, tp fetcher.TP) string {
+	return fmt.Sprintf("partition/%s/%s/%d", m, tp.Topic, tp.Partition)
+}
+func alignmentKey(m string, tp fetcher.TP) string {
+	return fmt.Sprintf("alignment/%s/%s/%d", m, tp.Topic, tp.Partition)
+}
+
+// New connects to the destination and loads the state topic.
+func New(ctx context.Context, cfg Config) (*Coordinator, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.BufferBytes <= 0 {
+		cfg.BufferBytes = 256 << 20
+	}
+	if cfg.RefreshInterval <= 0 {
+		cfg.RefreshInterval = 30 * time.Second
+	}
+	if cfg.SourceOpts == nil {
+		cfg.SourceOpts = func(s Source) []kgo.Opt { return []kgo.Opt{kgo.SeedBrokers(s.BootstrapServers...)} }
+	}
+	dst, err := kgo.NewClient(writer.ClientOpts(cfg.Destination)...)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the destination: %w", err)
+	}
+	if err := dst.Ping(ctx); err != nil {
+		dst.Close()
+		return nil, fmt.Errorf("connecting to the destination: %w", err)
+	}
+	store, err := statestore.Open(ctx, cfg.Destination, cfg.StateTopic)
+	if err != nil {
+		dst.Close()
+		return nil, err
+	}
+	return &Coordinator{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		store:   store,
+		dst:     dst,
+		dstAdm:  kadm.NewClient(dst),
+		writer:  writer.New(dst, leaders.New(dst)),
+		budget:  fetcher.NewBudget(cfg.BufferBytes),
+		mirrors: map[string]*mirror{},
+	}, nil
+}
+
+// Close releases the coordinator's connections; call it after Run returns.
+func (c *Coordinator) Close() {
+	c.store.Close()
+	c.dst.Close()
+}
+
+// Mirrors returns the specs of every persisted mirror, by name.
+func (c *Coordinator) Mirrors() []MirrorSpec {
+	var out []MirrorSpec
+	for k, v := range c.store.All() {
+		if !strings.HasPrefix(k, "mirror/") {
+			continue
+		}
+		var r mirrorRecord
+		if json.Unmarshal(v, &r) == nil {
+			out = append(out, r.Spec)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// ErrTopicMirrored is returned when a topic is already mirrored by another
+// mirror into the same destination.
+var ErrTopicMirrored = errors.New("topic already mirrored by another mirror")
+
+// Apply creates a mirror, or updates its spec (topics may be added; the
+// source cannot change). It persists the spec before it takes effect.
+func (c *Coordinator) Apply(ctx context.Context, spec MirrorSpec) error {
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	for _, other := range c.Mirrors() {
+		if other.Name == spec.Name {
+			continue
+		}
+		for _, t := range spec.Topics {
+			for _, u := range other.Topics {
+				if t == u {
+					return fmt.Errorf("mirror %q topic %q: %w %q; a destination topic can have one source", spec.Name, t, ErrTopicMirrored, other.Name)
+				}
+			}
+		}
+	}
+	var rec mirrorRecord
+	if v, ok := c.store.Get(mirrorKey(spec.Name)); ok {
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return fmt.Errorf("reading mirror %q from the state topic: %w", spec.Name, err)
+		}
+		if strings.Join(rec.Spec.Source.BootstrapServers, ",") != strings.Join(spec.Source.BootstrapServers, ",") {
+			c.log.Info("mirror source bootstrap changed", "mirror", spec.Name)
+		}
+		rec.Spec = spec
+	} else {
+		pid, epoch, err := c.writer.InitProducerID(ctx)
+		if err != nil {
+			return fmt.Errorf("creating mirror %q: %w", spec.Name, err)
+		}
+		rec = mirrorRecord{Spec: spec, ProducerID: pid, Epoch: epoch, Created: time.Now().UTC()}
+	}
+	v, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if err := c.store.Put(ctx, mirrorKey(spec.Name), v); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m, ok := c.mirrors[spec.Name]; ok {
+		m.setSpec(spec)
+	} else if c.runCtx != nil {
+		c.startLocked(rec)
+	}
+	return nil
+}
+
+// Run runs every persisted mirror, and those applied later, until ctx ends.
+func (c *Coordinator) Run(ctx context.Context) error {
+	c.mu.Lock()
+	c.runCtx = ctx
+	for k, v := range c.store.All() {
+		if !strings.HasPrefix(k, "mirror/") {
+			continue
+		}
+		var rec mirrorRecord
+		if err := json.Unmarshal(v, &rec); err != nil {
+			c.log.Error("skipping unreadable mirror record", "key", k, "error", err)
+			continue
+		}
+		c.startLocked(rec)
+	}
+	c.mu.Unlock()
+	<-ctx.Done()
+	c.mu.Lock()
+	ms := make([]*mirror, 0, len(c.mirrors))
+	for _, m := range c.mirrors {
+		ms = append(ms, m)
+	}
+	c.mu.Unlock()
+	for _, m := range ms {
+		m.wait()
+	}
+	return nil
+}
+
+func (c *Coordinator) startLocked(rec mirrorRecord) {
+	m := newMirror(c, rec)
+	c.mirrors[rec.Spec.Name] = m
+	go m.run(c.runCtx)
+}
+
+// Describe returns the status of every mirror, sorted by name.
+func (c *Coordinator) Describe() []MirrorStatus {
+	c.mu.Lock()
+	ms := make([]*mirror, 0, len(c.mirrors))
+	for _, m := range c.mirrors {
+		ms = append(ms, m)
+	}
+	c.mu.Unlock()
+	out := make([]MirrorStatus, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, m.status())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// putJSON persists v under key.
+func (c *Coordinator) putJSON(ctx context.Context, key string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return c.store.Put(ctx, key, b)
+}
+
+func (c *Coordinator) getJSON(key string, v any) bool {
+	b, ok := c.store.Get(key)
+	return ok && json.Unmarshal(b, v) == nil
+}

@@ -1,0 +1,305 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kmirror/kmirror/agent/fetcher"
+	"github.com/kmirror/kmirror/agent/leaders"
+	"github.com/kmirror/kmirror/agent/partition"
+	"github.com/kmirror/kmirror/agent/topics"
+)
+
+// MirrorStatus is one mirror as describe shows it.
+type MirrorStatus struct {
+	Name   string        `json:"name"`
+	Source Source        `json:"source"`
+	Topics []TopicStatus `json:"topics"`
+	// Error is why the mirror is not running (for example a preflight
+	// refusal or an unreachable source), empty when it runs.
+	Error    string   `json:"error,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+	MaxLag   int64    `json:"max_lag"`
+	// StateCounts counts partitions per state.
+	StateCounts map[partition.State]int `json:"state_counts"`
+	// BufferedBytes is what the fetchers hold, not yet written.
+	BufferedBytes int64 `json:"buffered_bytes"`
+}
+
+// TopicStatus is one mirror topic.
+type TopicStatus struct {
+	Name       string             `json:"name"`
+	Error      string             `json:"error,omitempty"`
+	Partitions []partition.Status `json:"partitions"`
+}
+
+type mirror struct {
+	c   *Coordinator
+	log hclog.Logger
+	rec mirrorRecord
+
+	mu        sync.Mutex
+	spec      MirrorSpec
+	err       string
+	warnings  []string
+	topicErrs map[string]string
+	parts     map[fetcher.TP]*partition.Mirror
+	fetch     *fetcher.Fetcher
+	refresh   chan struct{}
+	wg        sync.WaitGroup
+	done      chan struct{}
+}
+
+func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
+	return &mirror{
+		c: c, log: c.log.Named("mirror").With("mirror", rec.Spec.Name), rec: rec, spec: rec.Spec,
+		topicErrs: map[string]string{}, parts: map[fetcher.TP]*partition.Mirror{},
+		refresh: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+}
+
+func (m *mirror) setSpec(s MirrorSpec) {
+	m.mu.Lock()
+	m.spec = s
+	m.mu.Unlock()
+	select {
+	case m.refresh <- struct{}{}:
+	default:
+	}
+}
+
+func (m *mirror) setErr(err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err == nil {
+		m.err = ""
+		return
+	}
+	if m.err != err.Error() {
+		m.log.Error("mirror not running", "error", err)
+	}
+	m.err = err.Error()
+}
+
+func (m *mirror) wait() { <-m.done }
+
+// run connects to the source and keeps the mirror's topics and partitions
+// running until ctx ends, retrying the connection with backoff.
+func (m *mirror) run(ctx context.Context) {
+	defer close(m.done)
+	defer m.wg.Wait()
+	backoff := time.Second
+	for ctx.Err() == nil {
+		err := m.runConnected(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		m.setErr(err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+func (m *mirror) runConnected(ctx context.Context) error {
+	src, err := kgo.NewClient(m.c.cfg.SourceOpts(m.spec.Source)...)
+	if err != nil {
+		return fmt.Errorf("connecting to source %s: %w", strings.Join(m.spec.Source.BootstrapServers, ","), err)
+	}
+	defer src.Close()
+	if err := src.Ping(ctx); err != nil {
+		return fmt.Errorf("connecting to source %s: %w", strings.Join(m.spec.Source.BootstrapServers, ","), err)
+	}
+	srcAdm := kadm.NewClient(src)
+	findings, err := topics.Preflight(ctx, m.c.dstAdm, srcAdm, m.spec.Topics...)
+	if err != nil {
+		return fmt.Errorf("preflight check of the destination: %w", err)
+	}
+	if err := findings.Refusal(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.warnings = nil
+	for _, f := range findings {
+		m.warnings = append(m.warnings, f.String())
+	}
+	m.mu.Unlock()
+	for _, f := range findings {
+		m.log.Warn("preflight", "finding", f.String())
+	}
+	m.setErr(nil)
+
+	srcMeta := leaders.New(src)
+	f := fetcher.New(src, srcMeta, fetcher.Options{Budget: m.c.budget, Logger: m.log.Named("fetcher")})
+	m.mu.Lock()
+	m.fetch = f
+	m.mu.Unlock()
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = f.Run(fctx) }()
+	mgr := topics.NewManager(m.c.dstAdm, srcAdm, topics.WithExclude(m.spec.TopicConfigExclude), topics.WithLogger(m.log.Named("topics")))
+
+	// Partition mirrors live as long as this connection: they end with fctx.
+	defer func() {
+		cancel()
+		m.wg.Wait()
+		m.mu.Lock()
+		m.parts = map[fetcher.TP]*partition.Mirror{}
+		m.fetch = nil
+		m.mu.Unlock()
+	}()
+	t := time.NewTicker(m.c.cfg.RefreshInterval)
+	defer t.Stop()
+	for {
+		m.syncTopics(fctx, mgr, srcMeta, f)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-m.refresh:
+		}
+	}
+}
+
+// syncTopics creates or grows each destination topic and starts a partition
+// mirror for every source partition not yet running.
+func (m *mirror) syncTopics(ctx context.Context, mgr *topics.Manager, srcMeta *leaders.Cache, f *fetcher.Fetcher) {
+	m.mu.Lock()
+	names := append([]string(nil), m.spec.Topics...)
+	m.mu.Unlock()
+	for _, topic := range names {
+		err := m.syncTopic(ctx, mgr, srcMeta, f, topic)
+		m.mu.Lock()
+		if err != nil {
+			if m.topicErrs[topic] != err.Error() {
+				m.log.Error("topic not mirrored", "topic", topic, "error", err)
+			}
+			m.topicErrs[topic] = err.Error()
+		} else {
+			delete(m.topicErrs, topic)
+		}
+		m.mu.Unlock()
+	}
+}
+
+func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, srcMeta *leaders.Cache, f *fetcher.Fetcher, topic string) error {
+	name := m.rec.Spec.Name
+	info, err := mgr.Ensure(ctx, topic)
+	if err != nil {
+		return err
+	}
+	var tr topicRecord
+	if m.c.getJSON(topicKey(name, topic), &tr) {
+		if tr.SourceTopicID != info.SourceTopicID && info.SourceTopicID != (kadm.TopicID{}) {
+			return fmt.Errorf("source topic %q was recreated (topic id %s, mirrored %s): its offsets no longer match the destination's; recover the topic to mirror it again",
+				topic, info.SourceTopicID, tr.SourceTopicID)
+		}
+	} else if err := m.c.putJSON(ctx, topicKey(name, topic), topicRecord{SourceTopicID: info.SourceTopicID}); err != nil {
+		return err
+	}
+	if info.PartitionsAdded > 0 {
+		m.log.Info("destination partitions added", "topic", topic, "added", info.PartitionsAdded)
+		m.c.writer.Meta().Invalidate(topic)
+		srcMeta.Invalidate(topic)
+	}
+	keyed := info.SourceCompacted()
+	for p := int32(0); p < info.SourcePartitions; p++ {
+		tp := fetcher.TP{Topic: topic, Partition: p}
+		m.mu.Lock()
+		_, running := m.parts[tp]
+		m.mu.Unlock()
+		if running {
+			continue
+		}
+		var pr partitionRecord
+		if m.c.getJSON(partitionKey(name, tp), &pr) && pr.State == partition.Failed {
+			// A failed partition stays failed across restarts until it
+			// is recovered explicitly.
+			pm := partition.New(partition.Config{Mirror: name, TP: tp})
+			pm.Restore(pr.State, pr.Reason)
+			m.mu.Lock()
+			m.parts[tp] = pm
+			m.mu.Unlock()
+			continue
+		}
+		pm := partition.New(partition.Config{
+			Mirror: name, TP: tp, ProducerID: m.rec.ProducerID, Epoch: m.rec.Epoch, KeyedPad: keyed,
+			Fetcher: f, Source: srcMeta, Writer: m.c.writer, Checkpoints: checkpoints{m.c, name},
+			OnChange: func(st partition.Status) { m.persistPartition(ctx, tp, st) },
+			Logger:   m.log.Named("partition"),
+		})
+		m.mu.Lock()
+		m.parts[tp] = pm
+		m.mu.Unlock()
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			defer f.Remove(tp)
+			pm.Run(ctx)
+		}()
+	}
+	return nil
+}
+
+func (m *mirror) persistPartition(ctx context.Context, tp fetcher.TP, st partition.Status) {
+	if err := m.c.putJSON(ctx, partitionKey(m.rec.Spec.Name, tp), partitionRecord{State: st.State, Reason: st.Reason}); err != nil && !errors.Is(err, context.Canceled) {
+		m.log.Error("persisting partition state", "partition", tp.String(), "error", err)
+	}
+}
+
+func (m *mirror) status() MirrorStatus {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := MirrorStatus{Name: m.spec.Name, Source: m.spec.Source, Error: m.err, Warnings: m.warnings, StateCounts: map[partition.State]int{}}
+	if m.fetch != nil {
+		st.BufferedBytes = m.fetch.Buffered()
+	}
+	byTopic := map[string]*TopicStatus{}
+	for _, t := range m.spec.Topics {
+		byTopic[t] = &TopicStatus{Name: t, Error: m.topicErrs[t]}
+	}
+	for tp, pm := range m.parts {
+		ts, ok := byTopic[tp.Topic]
+		if !ok {
+			continue
+		}
+		ps := pm.Status()
+		ts.Partitions = append(ts.Partitions, ps)
+		st.StateCounts[ps.State]++
+		st.MaxLag = max(st.MaxLag, ps.Lag)
+	}
+	for _, t := range m.spec.Topics {
+		ts := byTopic[t]
+		sort.Slice(ts.Partitions, func(i, j int) bool { return ts.Partitions[i].Partition < ts.Partitions[j].Partition })
+		st.Topics = append(st.Topics, *ts)
+	}
+	return st
+}
+
+// checkpoints keeps partition alignments in the state topic.
+type checkpoints struct {
+	c      *Coordinator
+	mirror string
+}
+
+func (k checkpoints) Alignment(tp fetcher.TP) (partition.Alignment, bool) {
+	var a partition.Alignment
+	ok := k.c.getJSON(alignmentKey(k.mirror, tp), &a)
+	return a, ok
+}
+
+func (k checkpoints) SaveAlignment(ctx context.Context, tp fetcher.TP, a partition.Alignment) error {
+	return k.c.putJSON(ctx, alignmentKey(k.mirror, tp), a)
+}

@@ -1,0 +1,54 @@
+package fetcher
+
+import "sync"
+
+// Budget bounds the bytes fetched but not yet written, across every partition
+// of every fetcher that shares it, so that memory stays flat however large the
+// backlog is.
+type Budget struct {
+	mu    sync.Mutex
+	limit int64
+	used  int64
+	freed chan struct{} // closed and replaced whenever bytes are released
+}
+
+// NewBudget returns a budget of limit bytes.
+func NewBudget(limit int64) *Budget {
+	return &Budget{limit: limit, freed: make(chan struct{})}
+}
+
+// Available returns how many bytes may still be fetched, and a channel that
+// is closed the next time bytes are released.
+func (b *Budget) Available() (int64, <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.limit - b.used, b.freed
+}
+
+// Take records n fetched bytes. It may overshoot the limit by what one fetch
+// response returns beyond the request's MaxBytes (Kafka returns at least one
+// whole batch).
+func (b *Budget) Take(n int64) {
+	b.mu.Lock()
+	b.used += n
+	b.mu.Unlock()
+}
+
+// Release returns n bytes once they are written (or dropped).
+func (b *Budget) Release(n int64) {
+	if n == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.used -= n
+	close(b.freed)
+	b.freed = make(chan struct{})
+	b.mu.Unlock()
+}
+
+// Used returns the bytes held now.
+func (b *Budget) Used() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}

@@ -1,0 +1,595 @@
+// Package fetcher reads raw record batches from a source cluster: one fetch
+// loop per source broker for all the partitions it leads, with incremental
+// fetch sessions (KIP-227), following leader changes without losing position
+// and holding no more fetched bytes than a shared Budget allows.
+//
+// Batches are delivered as Kafka returned them (still compressed); the
+// fetcher only reads batch headers to know where the next fetch starts.
+package fetcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kmirror/kmirror/agent/leaders"
+	"github.com/kmirror/kmirror/internal/recordbatch"
+)
+
+// TP names a partition.
+type TP struct {
+	Topic     string
+	Partition int32
+}
+
+func (tp TP) String() string { return fmt.Sprintf("%s/%d", tp.Topic, tp.Partition) }
+
+// Aborted is one aborted transaction overlapping a read_committed fetch.
+type Aborted struct {
+	ProducerID  int64
+	FirstOffset int64
+}
+
+// Chunk is what one fetch returned for one partition.
+type Chunk struct {
+	TP
+	// Gen is the generation of the Assign or Seek this chunk answers;
+	// chunks of an older generation must be dropped.
+	Gen uint64
+	// FetchOffset is the offset the fetch asked for. Records may start
+	// below it (Kafka returns whole batches).
+	FetchOffset int64
+	// Records holds whole raw batches (a truncated trailing batch is
+	// already cut off).
+	Records       []byte
+	HighWatermark int64
+	LastStable    int64
+	LogStart      int64
+	Aborted       []Aborted
+	// Err is a partition-level error the owner must act on, such as
+	// kerr.OffsetOutOfRange. Leadership errors are handled here and never
+	// delivered.
+	Err error
+}
+
+// Size is the number of budget bytes the chunk holds.
+func (c *Chunk) Size() int64 { return int64(len(c.Records)) }
+
+// Options tune a Fetcher.
+type Options struct {
+	// MaxBytes caps one fetch response (default 32 MiB).
+	MaxBytes int32
+	// PartitionMaxBytes caps one partition in one response (default 1 MiB);
+	// it grows for a partition whose next batch is larger.
+	PartitionMaxBytes int32
+	// PartitionQueue is how many undelivered chunks a partition may have
+	// before it is left out of fetches (default 8).
+	PartitionQueue int
+	// MaxWait is the long-poll time of a fetch (default 250ms).
+	MaxWait time.Duration
+	// Budget bounds fetched-but-unwritten bytes (default 256 MiB, private).
+	Budget *Budget
+	Logger hclog.Logger
+}
+
+func (o *Options) defaults() {
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = 32 << 20
+	}
+	if o.PartitionMaxBytes <= 0 {
+		o.PartitionMaxBytes = 1 << 20
+	}
+	if o.PartitionQueue <= 0 {
+		o.PartitionQueue = 8
+	}
+	if o.MaxWait <= 0 {
+		o.MaxWait = 250 * time.Millisecond
+	}
+	if o.Budget == nil {
+		o.Budget = NewBudget(256 << 20)
+	}
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+}
+
+type part struct {
+	tp       TP
+	offset   int64
+	gen      uint64
+	out      chan Chunk
+	leader   int32 // -1: unknown, resolve first
+	epoch    int32
+	maxBytes int32
+	queued   int   // chunks sent to out and not yet Done
+	held     int64 // budget bytes of those chunks
+}
+
+// Fetcher fetches for a set of partitions of one source cluster.
+type Fetcher struct {
+	cl   *kgo.Client
+	meta *leaders.Cache
+	opts Options
+
+	mu    sync.Mutex
+	parts map[TP]*part
+	loops map[int32]context.CancelFunc
+	wake  chan struct{} // closed and replaced when there may be new work
+}
+
+// New returns a fetcher that uses cl (a client of the source cluster) and
+// meta (leaders of that cluster).
+func New(cl *kgo.Client, meta *leaders.Cache, opts Options) *Fetcher {
+	opts.defaults()
+	return &Fetcher{cl: cl, meta: meta, opts: opts, parts: map[TP]*part{}, loops: map[int32]context.CancelFunc{}, wake: make(chan struct{})}
+}
+
+func (f *Fetcher) wakeLocked() {
+	close(f.wake)
+	f.wake = make(chan struct{})
+}
+
+// Assign starts fetching tp at offset, delivering chunks to the returned
+// channel. Assigning a partition that is assigned already re-seeks it.
+func (f *Fetcher) Assign(tp TP, offset int64) (<-chan Chunk, uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.parts[tp]
+	if !ok {
+		p = &part{tp: tp, out: make(chan Chunk, f.opts.PartitionQueue+1), leader: -1, maxBytes: f.opts.PartitionMaxBytes}
+		f.parts[tp] = p
+	}
+	p.gen++
+	p.offset = offset
+	f.wakeLocked()
+	return p.out, p.gen
+}
+
+// Seek moves tp's fetch position; chunks already delivered for the old
+// position carry an older generation.
+func (f *Fetcher) Seek(tp TP, offset int64) uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.parts[tp]
+	if !ok {
+		return 0
+	}
+	p.gen++
+	p.offset = offset
+	f.wakeLocked()
+	return p.gen
+}
+
+// Done tells the fetcher that a delivered chunk was consumed, releasing its
+// budget bytes.
+func (f *Fetcher) Done(c Chunk) {
+	f.mu.Lock()
+	p, ok := f.parts[c.TP]
+	if ok {
+		p.queued--
+		p.held -= c.Size()
+	}
+	f.wakeLocked()
+	f.mu.Unlock()
+	if ok {
+		// A removed partition's bytes were released by Remove.
+		f.opts.Budget.Release(c.Size())
+	}
+}
+
+// Remove stops fetching tp. Chunks still queued are dropped and their
+// budget released.
+func (f *Fetcher) Remove(tp TP) {
+	f.mu.Lock()
+	p, ok := f.parts[tp]
+	delete(f.parts, tp)
+	f.mu.Unlock()
+	if !ok {
+		return
+	}
+	f.opts.Budget.Release(p.held)
+}
+
+// Buffered returns the bytes fetched and not yet consumed, all partitions.
+func (f *Fetcher) Buffered() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var n int64
+	for _, p := range f.parts {
+		n += p.held
+	}
+	return n
+}
+
+// Run fetches until ctx ends.
+func (f *Fetcher) Run(ctx context.Context) error {
+	defer func() {
+		f.mu.Lock()
+		for id, cancel := range f.loops {
+			cancel()
+			delete(f.loops, id)
+		}
+		f.mu.Unlock()
+	}()
+	for {
+		f.resolveLeaders(ctx)
+		f.mu.Lock()
+		wake := f.wake
+		need := map[int32]bool{}
+		for _, p := range f.parts {
+			if p.leader >= 0 {
+				need[p.leader] = true
+			}
+		}
+		for id := range need {
+			if _, ok := f.loops[id]; !ok {
+				lctx, cancel := context.WithCancel(ctx)
+				f.loops[id] = cancel
+				go f.brokerLoop(lctx, id)
+			}
+		}
+		f.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// resolveLeaders looks up the leader of every partition that has none.
+func (f *Fetcher) resolveLeaders(ctx context.Context) {
+	f.mu.Lock()
+	var todo []TP
+	for tp, p := range f.parts {
+		if p.leader < 0 {
+			todo = append(todo, tp)
+		}
+	}
+	f.mu.Unlock()
+	for _, tp := range todo {
+		l, err := f.meta.Leader(ctx, tp.Topic, tp.Partition)
+		if err != nil {
+			f.opts.Logger.Debug("no leader yet", "partition", tp.String(), "error", err)
+			continue
+		}
+		f.mu.Lock()
+		if p, ok := f.parts[tp]; ok && p.leader < 0 {
+			p.leader, p.epoch = l.Leader, l.Epoch
+			f.wakeLocked()
+		}
+		f.mu.Unlock()
+	}
+}
+
+// session is one broker's incremental fetch session (KIP-227).
+type session struct {
+	id    int32
+	epoch int32
+	sent  map[TP]sentPart // what the broker's session holds
+}
+
+type sentPart struct {
+	offset   int64
+	maxBytes int32
+	epoch    int32
+}
+
+func (s *session) reset() {
+	s.id, s.epoch = 0, 0
+	s.sent = map[TP]sentPart{}
+}
+
+func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
+	log := f.opts.Logger.With("source_broker", broker)
+	var sess session
+	sess.reset()
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		req, gens, wait := f.buildRequest(ctx, broker, &sess)
+		if req == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-wait:
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		kresp, err := f.cl.Broker(int(broker)).Request(ctx, req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			log.Debug("fetch failed", "error", err)
+			sess.reset()
+			f.invalidateBroker(broker)
+			sleep(ctx, backoff)
+			backoff = min(backoff*2, 2*time.Second)
+			continue
+		}
+		resp := kresp.(*kmsg.FetchResponse)
+		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+			log.Debug("fetch session error", "error", err)
+			sess.reset()
+			if !errors.Is(err, kerr.FetchSessionIDNotFound) && !errors.Is(err, kerr.InvalidFetchSessionEpoch) {
+				sleep(ctx, backoff)
+				backoff = min(backoff*2, 2*time.Second)
+			}
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		if req.SessionEpoch == 0 {
+			// 0 when the broker keeps no session for us: every
+			// fetch is then a full one.
+			sess.id = resp.SessionID
+		}
+		f.handleResponse(ctx, broker, &sess, resp, gens)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// invalidateBroker forgets the leader of every partition led by broker, so
+// they are resolved again (the broker may be gone).
+func (f *Fetcher) invalidateBroker(broker int32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range f.parts {
+		if p.leader == broker {
+			p.leader = -1
+			f.meta.Invalidate(p.tp.Topic)
+		}
+	}
+	f.stopLoopLocked(broker)
+	f.wakeLocked()
+}
+
+func (f *Fetcher) stopLoopLocked(broker int32) {
+	if cancel, ok := f.loops[broker]; ok {
+		cancel()
+		delete(f.loops, broker)
+	}
+}
+
+// buildRequest returns the next fetch for broker, or nil and a channel to wait
+// on when no partition led there may be fetched now.
+func (f *Fetcher) buildRequest(ctx context.Context, broker int32, sess *session) (*kmsg.FetchRequest, map[TP]uint64, <-chan struct{}) {
+	avail, freed := f.opts.Budget.Available()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	wake := f.wake
+	// Partitions this broker should fetch now.
+	ready := map[TP]*part{}
+	var led int
+	for tp, p := range f.parts {
+		if p.leader != broker {
+			continue
+		}
+		led++
+		if p.queued >= f.opts.PartitionQueue || p.held >= int64(p.maxBytes)*2 {
+			continue
+		}
+		ready[tp] = p
+	}
+	if led == 0 {
+		// Nothing is led here any more: end this loop; Run starts a
+		// new one when a partition moves back.
+		f.stopLoopLocked(broker)
+		return nil, nil, wake
+	}
+	if len(ready) == 0 || avail < int64(f.opts.PartitionMaxBytes) {
+		if len(ready) > 0 {
+			// Wait for budget, or for other news.
+			merged := make(chan struct{})
+			go func() {
+				select {
+				case <-freed:
+				case <-wake:
+				case <-ctx.Done():
+				}
+				close(merged)
+			}()
+			return nil, nil, merged
+		}
+		return nil, nil, wake
+	}
+
+	if sess.id == 0 {
+		// No session (yet): this is a full fetch of every ready partition.
+		sess.sent = map[TP]sentPart{}
+	}
+	topicIDs := map[string][16]byte{}
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID = -1
+	req.MaxWaitMillis = int32(f.opts.MaxWait / time.Millisecond)
+	req.MinBytes = 1
+	req.MaxBytes = int32(min(int64(f.opts.MaxBytes), avail))
+	req.IsolationLevel = 1 // read_committed: copy only below the LSO
+	req.SessionID = sess.id
+	req.SessionEpoch = sess.epoch
+	gens := make(map[TP]uint64, len(ready))
+	byTopic := map[string]*kmsg.FetchRequestTopic{}
+	for tp, p := range ready {
+		gens[tp] = p.gen
+		want := sentPart{offset: p.offset, maxBytes: p.maxBytes, epoch: p.epoch}
+		if s, ok := sess.sent[tp]; ok && s == want && sess.id != 0 {
+			continue // the session already fetches it from there
+		}
+		rt, ok := byTopic[tp.Topic]
+		if !ok {
+			t := kmsg.NewFetchRequestTopic()
+			t.Topic = tp.Topic
+			if md, err := f.meta.Topic(ctx, tp.Topic); err == nil {
+				t.TopicID = md.ID
+				topicIDs[tp.Topic] = md.ID
+			}
+			req.Topics = append(req.Topics, t)
+			rt = &req.Topics[len(req.Topics)-1]
+			byTopic[tp.Topic] = rt
+		}
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition = tp.Partition
+		rp.FetchOffset = p.offset
+		rp.CurrentLeaderEpoch = p.epoch
+		rp.LastFetchedEpoch = -1
+		rp.LogStartOffset = -1
+		rp.PartitionMaxBytes = p.maxBytes
+		rt.Partitions = append(rt.Partitions, rp)
+		sess.sent[tp] = want
+	}
+	// Partitions the session holds that must not be fetched now.
+	forgotten := map[string][]int32{}
+	for tp := range sess.sent {
+		if _, ok := ready[tp]; !ok {
+			forgotten[tp.Topic] = append(forgotten[tp.Topic], tp.Partition)
+			delete(sess.sent, tp)
+		}
+	}
+	if sess.id != 0 {
+		for topic, ps := range forgotten {
+			ft := kmsg.NewFetchRequestForgottenTopic()
+			ft.Topic = topic
+			ft.TopicID = topicIDs[topic]
+			if ft.TopicID == ([16]byte{}) {
+				if md, err := f.meta.Topic(ctx, topic); err == nil {
+					ft.TopicID = md.ID
+				}
+			}
+			ft.Partitions = ps
+			req.ForgottenTopics = append(req.ForgottenTopics, ft)
+		}
+		req.SessionEpoch = sess.epoch
+		sess.epoch++
+	} else {
+		// A full fetch that asks for a new session.
+		req.SessionEpoch = 0
+		sess.epoch = 1
+	}
+	return req, gens, nil
+}
+
+func (f *Fetcher) handleResponse(ctx context.Context, broker int32, sess *session, resp *kmsg.FetchResponse, gens map[TP]uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	idTopics := map[[16]byte]string{}
+	for _, rt := range resp.Topics {
+		topic := rt.Topic
+		if topic == "" {
+			if len(idTopics) == 0 {
+				for tp := range gens {
+					if md, err := f.meta.Topic(ctx, tp.Topic); err == nil {
+						idTopics[md.ID] = tp.Topic
+					}
+				}
+			}
+			topic = idTopics[rt.TopicID]
+		}
+		for _, rp := range rt.Partitions {
+			tp := TP{topic, rp.Partition}
+			p, ok := f.parts[tp]
+			gen, asked := gens[tp]
+			if !ok || p.leader != broker {
+				continue
+			}
+			if asked && gen != p.gen {
+				// Seeked while the fetch was out: the session
+				// must be told the new offset.
+				delete(sess.sent, tp)
+				continue
+			}
+			err := kerr.ErrorForCode(rp.ErrorCode)
+			switch {
+			case err == nil:
+			case leaders.IsLeadershipError(err) || errors.Is(err, kerr.KafkaStorageError):
+				p.leader = -1
+				f.meta.Invalidate(tp.Topic)
+				delete(sess.sent, tp)
+				f.wakeLocked()
+				continue
+			default:
+				delete(sess.sent, tp)
+				f.deliverLocked(p, Chunk{TP: tp, Gen: p.gen, FetchOffset: p.offset, HighWatermark: rp.HighWatermark,
+					LastStable: rp.LastStableOffset, LogStart: rp.LogStartOffset, Err: err})
+				continue
+			}
+			whole, next := wholeBatches(rp.RecordBatches)
+			if len(whole) == 0 && len(rp.RecordBatches) > 0 {
+				// The next batch is larger than the partition's share:
+				// ask for more next time.
+				p.maxBytes = min(p.maxBytes*2, 256<<20)
+			}
+			if next > p.offset {
+				p.offset = next
+			} else if len(whole) == 0 {
+				// Only high watermark news: deliver it so lag stays fresh,
+				// without holding budget.
+				f.deliverLocked(p, Chunk{TP: tp, Gen: p.gen, FetchOffset: p.offset, HighWatermark: rp.HighWatermark,
+					LastStable: rp.LastStableOffset, LogStart: rp.LogStartOffset})
+				continue
+			}
+			c := Chunk{TP: tp, Gen: p.gen, FetchOffset: gensOffset(sess, tp, p), Records: whole, HighWatermark: rp.HighWatermark,
+				LastStable: rp.LastStableOffset, LogStart: rp.LogStartOffset}
+			for _, a := range rp.AbortedTransactions {
+				c.Aborted = append(c.Aborted, Aborted{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset})
+			}
+			f.opts.Budget.Take(c.Size())
+			f.deliverLocked(p, c)
+		}
+	}
+}
+
+// gensOffset is the offset the session was fetching tp from when it
+// answered (before this response moved p.offset).
+func gensOffset(sess *session, tp TP, p *part) int64 {
+	if s, ok := sess.sent[tp]; ok {
+		return s.offset
+	}
+	return p.offset
+}
+
+func (f *Fetcher) deliverLocked(p *part, c Chunk) {
+	if len(c.Records) == 0 && c.Err == nil {
+		// Watermark-only news is dropped rather than queued when the
+		// partition is busy: fresher news follows with the data.
+		if p.queued >= f.opts.PartitionQueue {
+			return
+		}
+	}
+	p.queued++
+	p.held += c.Size()
+	p.out <- c // never blocks: queued < capacity
+}
+
+// wholeBatches cuts a trailing partial batch and returns the whole batches
+// and the offset after the last of them (0 when there is none).
+func wholeBatches(raw []byte) ([]byte, int64) {
+	var next int64
+	rest := raw
+	for len(rest) > 0 {
+		batch, r, err := recordbatch.Next(rest)
+		if err != nil || batch == nil {
+			break
+		}
+		h, err := recordbatch.ParseHeader(batch)
+		if err != nil {
+			break
+		}
+		next = h.LastOffset() + 1
+		rest = r
+	}
+	return raw[:len(raw)-len(rest)], next
+}

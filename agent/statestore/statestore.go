@@ -1,0 +1,165 @@
+// Package statestore persists the agent's intent and per-partition state in a
+// compacted topic on the destination cluster, so that a restarted or new agent
+// rebuilds its memory from the cluster it writes to and nothing else.
+//
+// Keys are strings ("mirror/NAME", "partition/MIRROR/TOPIC/N", ...), values
+// are opaque bytes (JSON written by the coordinator). A nil value deletes the
+// key (a tombstone the cleaner removes later).
+package statestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// DefaultTopic is the state topic's name unless the agent's config says otherwise.
+const DefaultTopic = "__kmirror_state"
+
+// Store is the agent's view of the state topic: a map that is written through
+// to the topic before it changes in memory.
+type Store struct {
+	cl    *kgo.Client
+	topic string
+
+	mu     sync.Mutex
+	values map[string][]byte
+}
+
+// Open creates the state topic when it is missing (one partition, compacted,
+// so that ordering per key is total and reads are cheap), reads it to its end
+// and returns the store holding the latest value of every key.
+//
+// opts connect to the destination cluster (seed brokers, TLS, SASL); the
+// store owns the clients it makes from them until Close.
+func Open(ctx context.Context, opts []kgo.Opt, topic string) (*Store, error) {
+	if topic == "" {
+		topic = DefaultTopic
+	}
+	cl, err := kgo.NewClient(append(opts[:len(opts):len(opts)],
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+	)...)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the destination for state topic %q: %w", topic, err)
+	}
+	if err := ensureTopic(ctx, cl, topic); err != nil {
+		cl.Close()
+		return nil, err
+	}
+	values, err := readAll(ctx, cl, opts, topic)
+	if err != nil {
+		cl.Close()
+		return nil, err
+	}
+	return &Store{cl: cl, topic: topic, values: values}, nil
+}
+
+// Close releases the store's connections.
+func (s *Store) Close() { s.cl.Close() }
+
+func ensureTopic(ctx context.Context, cl *kgo.Client, topic string) error {
+	adm := kadm.NewClient(cl)
+	retention := "-1"
+	resp, err := adm.CreateTopic(ctx, 1, -1, map[string]*string{
+		"cleanup.policy": kadm.StringPtr("compact"),
+		"retention.ms":   &retention,
+	}, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("creating state topic %q on the destination: %w", topic, err)
+	}
+	return nil
+}
+
+func readAll(ctx context.Context, cl *kgo.Client, opts []kgo.Opt, topic string) (map[string][]byte, error) {
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("reading the end of state topic %q: %w", topic, err)
+	}
+	end, ok := ends.Lookup(topic, 0)
+	if !ok || end.Err != nil {
+		return nil, fmt.Errorf("reading the end of state topic %q: %v", topic, end.Err)
+	}
+	values := map[string][]byte{}
+	if end.Offset == 0 {
+		return values, nil
+	}
+	// A consumer of its own: consuming options cannot be added to a client later.
+	rd, err := kgo.NewClient(append(opts[:len(opts):len(opts)],
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}),
+	)...)
+	if err != nil {
+		return nil, fmt.Errorf("reading state topic %q: %w", topic, err)
+	}
+	defer rd.Close()
+	for {
+		fs := rd.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("reading state topic %q: %w", topic, err)
+		}
+		var done bool
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
+		if ferr != nil {
+			return nil, fmt.Errorf("reading state topic %q: %w", topic, ferr)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Value == nil {
+				delete(values, string(r.Key))
+			} else {
+				values[string(r.Key)] = r.Value
+			}
+			if r.Offset >= end.Offset-1 {
+				done = true
+			}
+		})
+		if done {
+			return values, nil
+		}
+	}
+}
+
+// Get returns the value of key and whether it exists.
+func (s *Store) Get(key string) ([]byte, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.values[key]
+	return v, ok
+}
+
+// All returns a copy of every key and value.
+func (s *Store) All() map[string][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.values)
+}
+
+// Put writes key=value to the state topic (acks=all) and then to memory; a
+// nil value deletes the key.
+func (s *Store) Put(ctx context.Context, key string, value []byte) error {
+	r := &kgo.Record{Topic: s.topic, Partition: 0, Key: []byte(key), Value: value}
+	if err := s.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+		return fmt.Errorf("writing %q to state topic %q: %w", key, s.topic, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if value == nil {
+		delete(s.values, key)
+	} else {
+		s.values[key] = value
+	}
+	return nil
+}
+
+// Topic returns the state topic's name.
+func (s *Store) Topic() string { return s.topic }

@@ -1,0 +1,209 @@
+// Package writer appends rewritten record batches to destination partitions
+// and reads back what the destination holds (log bounds, the agent's last
+// sequence), which is where every resume starts.
+package writer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/kmirror/kmirror/agent/fetcher"
+	"github.com/kmirror/kmirror/agent/leaders"
+	"github.com/kmirror/kmirror/internal/recordbatch"
+)
+
+// ClientOpts returns base plus the options a destination client needs: the
+// transactional protocol pinned to TV1 (Produce ≤ v11, AddPartitionsToTxn ≤
+// v3, EndTxn ≤ v4) so that a negotiated newer version never switches the
+// broker to implicit-add semantics under the agent, and acks=all.
+func ClientOpts(base []kgo.Opt) []kgo.Opt {
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(0, 11)  // Produce
+	v.SetMaxKeyVersion(24, 3)  // AddPartitionsToTxn
+	v.SetMaxKeyVersion(26, 4)  // EndTxn
+	v.SetMaxKeyVersion(28, 3)  // TxnOffsetCommit (pre-TV2)
+	return append(base[:len(base):len(base)],
+		kgo.MaxVersions(v),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+	)
+}
+
+// Writer writes to one destination cluster.
+type Writer struct {
+	cl      *kgo.Client
+	meta    *leaders.Cache
+	timeout time.Duration
+}
+
+// New returns a writer using cl, which must have been made with ClientOpts.
+func New(cl *kgo.Client, meta *leaders.Cache) *Writer {
+	return &Writer{cl: cl, meta: meta, timeout: 30 * time.Second}
+}
+
+// Meta returns the destination's leader cache.
+func (w *Writer) Meta() *leaders.Cache { return w.meta }
+
+// InitProducerID allocates an idempotent producer id (no transactional id).
+func (w *Writer) InitProducerID(ctx context.Context) (int64, int16, error) {
+	req := kmsg.NewPtrInitProducerIDRequest()
+	req.TransactionTimeoutMillis = -1
+	req.ProducerID = -1
+	req.ProducerEpoch = -1
+	resp, err := req.RequestWith(ctx, w.cl)
+	if err != nil {
+		return 0, 0, fmt.Errorf("allocating a producer id on the destination: %w", err)
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return 0, 0, fmt.Errorf("allocating a producer id on the destination: %w", err)
+	}
+	return resp.ProducerID, resp.ProducerEpoch, nil
+}
+
+// ProduceError is a partition-level error from a produce.
+type ProduceError struct {
+	Topic     string
+	Partition int32
+	Err       error
+	Message   string // the broker's error message, if any
+}
+
+func (e *ProduceError) Error() string {
+	if e.Message != "" {
+		return fmt.Sprintf("producing to %s/%d: %v: %s", e.Topic, e.Partition, e.Err, e.Message)
+	}
+	return fmt.Sprintf("producing to %s/%d: %v", e.Topic, e.Partition, e.Err)
+}
+
+func (e *ProduceError) Unwrap() error { return e.Err }
+
+// Produce appends one batch to a partition with acks=all and returns the
+// offset the leader gave its first record. A duplicate of a batch already
+// appended (same producer id, epoch and sequences) returns the original
+// offset, as Kafka answers.
+func (w *Writer) Produce(ctx context.Context, topic string, partition int32, batch []byte) (int64, error) {
+	l, err := w.meta.Leader(ctx, topic, partition)
+	if err != nil {
+		return -1, &ProduceError{Topic: topic, Partition: partition, Err: err}
+	}
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks = -1
+	req.TimeoutMillis = int32(w.timeout / time.Millisecond)
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition = partition
+	rp.Records = batch
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	kresp, err := w.cl.Broker(int(l.Leader)).Request(ctx, req)
+	if err != nil {
+		w.meta.Invalidate(topic)
+		return -1, &ProduceError{Topic: topic, Partition: partition, Err: err}
+	}
+	resp := kresp.(*kmsg.ProduceResponse)
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return -1, &ProduceError{Topic: topic, Partition: partition, Err: fmt.Errorf("malformed produce response")}
+	}
+	p := resp.Topics[0].Partitions[0]
+	if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+		if leaders.IsLeadershipError(err) {
+			w.meta.Invalidate(topic)
+		}
+		msg := ""
+		if p.ErrorMessage != nil {
+			msg = *p.ErrorMessage
+		}
+		return -1, &ProduceError{Topic: topic, Partition: partition, Err: err, Message: msg}
+	}
+	return p.BaseOffset, nil
+}
+
+// Bounds returns a destination partition's log start and high watermark.
+func (w *Writer) Bounds(ctx context.Context, topic string, partition int32) (leaders.Bounds, error) {
+	return w.meta.Bounds(ctx, topic, partition)
+}
+
+// LastBatch finds the last batch that producer id pid wrote below end, by
+// reading back from end in growing windows down to logStart. It returns
+// found=false when pid has no batch in [logStart, end).
+func (w *Writer) LastBatch(ctx context.Context, topic string, partition int32, pid int64, logStart, end int64) (recordbatch.Header, bool, error) {
+	tp := fetcher.TP{Topic: topic, Partition: partition}
+	window := int64(1)
+	for {
+		from := max(logStart, end-window)
+		var last recordbatch.Header
+		var found bool
+		for at := from; at < end; {
+			c, err := fetcher.ReadAt(ctx, w.cl, w.meta, tp, at, 8<<20)
+			if err != nil {
+				return last, false, fmt.Errorf("reading the destination tail: %w", err)
+			}
+			if len(c.Records) == 0 {
+				break
+			}
+			next := at
+			for rest := c.Records; len(rest) > 0; {
+				b, r, err := recordbatch.Next(rest)
+				if err != nil || b == nil {
+					break
+				}
+				rest = r
+				h, err := recordbatch.ParseHeader(b)
+				if err != nil {
+					return last, false, fmt.Errorf("reading the destination tail of %s: %w", tp, err)
+				}
+				next = h.LastOffset() + 1
+				if h.ProducerID == pid && h.BaseOffset < end && !h.IsControl() {
+					last, found = h, true
+				}
+			}
+			if next <= at {
+				break
+			}
+			at = next
+		}
+		if found || from == logStart {
+			return last, found, nil
+		}
+		window *= 16
+	}
+}
+
+// DeleteRecords moves a destination partition's log start to offset.
+func (w *Writer) DeleteRecords(ctx context.Context, topic string, partition int32, offset int64) error {
+	l, err := w.meta.Leader(ctx, topic, partition)
+	if err != nil {
+		return fmt.Errorf("deleting records of %s/%d below %d: %w", topic, partition, offset, err)
+	}
+	req := kmsg.NewPtrDeleteRecordsRequest()
+	req.TimeoutMillis = int32(w.timeout / time.Millisecond)
+	rt := kmsg.NewDeleteRecordsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewDeleteRecordsRequestTopicPartition()
+	rp.Partition = partition
+	rp.Offset = offset
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	kresp, err := w.cl.Broker(int(l.Leader)).Request(ctx, req)
+	if err != nil {
+		w.meta.Invalidate(topic)
+		return fmt.Errorf("deleting records of %s/%d below %d: %w", topic, partition, offset, err)
+	}
+	resp := kresp.(*kmsg.DeleteRecordsResponse)
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return fmt.Errorf("deleting records of %s/%d below %d: malformed response", topic, partition, offset)
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode); err != nil {
+		if leaders.IsLeadershipError(err) {
+			w.meta.Invalidate(topic)
+		}
+		return fmt.Errorf("deleting records of %s/%d below %d: %w", topic, partition, offset, err)
+	}
+	return nil
+}
