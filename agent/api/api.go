@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/kmirror/kmirror/agent/coordinator"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
 // Describer is what the API needs of the coordinator.
@@ -23,7 +24,7 @@ func Handler(d Describer) http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /v1/mirrors", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"mirrors": d.Describe()})
+		writeJSON(w, http.StatusOK, mirrorapi.DescribeResponse{Mirrors: d.Describe()})
 	})
 	mux.HandleFunc("GET /v1/mirrors/{name}", func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
@@ -33,15 +34,9 @@ func Handler(d Describer) http.Handler {
 				return
 			}
 		}
-		writeJSON(w, http.StatusNotFound, Error{Code: "MIRROR_NOT_FOUND", Message: "no mirror named " + name})
+		writeJSON(w, http.StatusNotFound, mirrorapi.Error{Code: "MIRROR_NOT_FOUND", Message: "no mirror named " + name})
 	})
 	return mux
-}
-
-// Error is the body of every error response.
-type Error struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -24,12 +24,11 @@ import (
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/agent/statestore"
 	"github.com/kmirror/kmirror/agent/writer"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
 // Source is how a mirror reaches its source cluster.
-type Source struct {
-	BootstrapServers []string `json:"bootstrap_servers"`
-}
+type Source = mirrorapi.Source
 
 // MirrorSpec is what a user declares for a mirror.
 type MirrorSpec struct {

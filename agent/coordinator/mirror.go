@@ -17,30 +17,14 @@ import (
 	"github.com/kmirror/kmirror/agent/leaders"
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/agent/topics"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
 // MirrorStatus is one mirror as describe shows it.
-type MirrorStatus struct {
-	Name   string        `json:"name"`
-	Source Source        `json:"source"`
-	Topics []TopicStatus `json:"topics"`
-	// Error is why the mirror is not running (for example a preflight
-	// refusal or an unreachable source), empty when it runs.
-	Error    string   `json:"error,omitempty"`
-	Warnings []string `json:"warnings,omitempty"`
-	MaxLag   int64    `json:"max_lag"`
-	// StateCounts counts partitions per state.
-	StateCounts map[partition.State]int `json:"state_counts"`
-	// BufferedBytes is what the fetchers hold, not yet written.
-	BufferedBytes int64 `json:"buffered_bytes"`
-}
+type MirrorStatus = mirrorapi.Mirror
 
 // TopicStatus is one mirror topic.
-type TopicStatus struct {
-	Name       string             `json:"name"`
-	Error      string             `json:"error,omitempty"`
-	Partitions []partition.Status `json:"partitions"`
-}
+type TopicStatus = mirrorapi.Topic
 
 type mirror struct {
 	c   *Coordinator

@@ -18,6 +18,7 @@ import (
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/leaders"
 	"github.com/kmirror/kmirror/agent/writer"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
 	"github.com/kmirror/kmirror/internal/recordbatch"
 )
 
@@ -64,30 +65,7 @@ type Config struct {
 }
 
 // Status is a partition's figures as callers see them.
-type Status struct {
-	Mirror    string `json:"mirror"`
-	Topic     string `json:"topic"`
-	Partition int32  `json:"partition"`
-	State     State  `json:"state"`
-	Reason    string `json:"reason,omitempty"`
-	// SourceOffset is the source high watermark last seen.
-	SourceOffset     int64 `json:"source_offset"`
-	SourceLastStable int64 `json:"source_last_stable"`
-	SourceLogStart   int64 `json:"source_log_start"`
-	// DestinationOffset is the next offset to write on the destination:
-	// every offset below it is mirrored.
-	DestinationOffset int64 `json:"destination_offset"`
-	Lag               int64 `json:"lag"`
-	// LagMillis is how old the oldest unmirrored record is, approximated by
-	// the time since the partition last had no lag.
-	LagMillis    int64 `json:"lag_ms"`
-	Bytes        int64 `json:"bytes_mirrored"`
-	Records      int64 `json:"records_mirrored"`
-	LostRecords  int64 `json:"lost_records"`
-	Retries      int   `json:"retries"`
-	PadProgress  int64 `json:"pad_remaining,omitempty"`
-	LastMirrored int64 `json:"last_mirrored_offset"`
-}
+type Status = mirrorapi.Partition
 
 // Mirror is one running mirror partition.
 type Mirror struct {
@@ -303,7 +281,7 @@ func (m *Mirror) align(ctx context.Context, dst leaders.Bounds, target int64) er
 			return err
 		}
 		m.mu.Lock()
-		m.st.PadProgress = target - m.next
+		m.st.PadRemaining = target - m.next
 		m.mu.Unlock()
 	}
 	total := lost
@@ -317,7 +295,7 @@ func (m *Mirror) align(ctx context.Context, dst leaders.Bounds, target int64) er
 		return err
 	}
 	m.mu.Lock()
-	m.st.PadProgress = 0
+	m.st.PadRemaining = 0
 	m.st.LostRecords = total
 	m.mu.Unlock()
 	if lost > 0 {

@@ -1,15 +1,17 @@
 package partition
 
-// State is a mirror partition's lifecycle state (KIP-1279's, plus PAUSED).
-type State string
+import "github.com/kmirror/kmirror/internal/mirrorapi"
+
+// State is a mirror partition's lifecycle state; the API defines the values.
+type State = mirrorapi.State
 
 // The states a mirror partition moves through.
 const (
-	Initializing State = "INITIALIZING"
-	Preparing    State = "PREPARING" // aligning the destination's log start
-	Mirroring    State = "MIRRORING"
-	Paused       State = "PAUSED"
-	Stopping     State = "STOPPING"
-	Stopped      State = "STOPPED"
-	Failed       State = "FAILED"
+	Initializing = mirrorapi.StateInitializing
+	Preparing    = mirrorapi.StatePreparing // aligning the destination's log start
+	Mirroring    = mirrorapi.StateMirroring
+	Paused       = mirrorapi.StatePaused
+	Stopping     = mirrorapi.StateStopping
+	Stopped      = mirrorapi.StateStopped
+	Failed       = mirrorapi.StateFailed
 )

@@ -24,10 +24,10 @@ import (
 // broker to implicit-add semantics under the agent, and acks=all.
 func ClientOpts(base []kgo.Opt) []kgo.Opt {
 	v := kversion.Stable()
-	v.SetMaxKeyVersion(0, 11)  // Produce
-	v.SetMaxKeyVersion(24, 3)  // AddPartitionsToTxn
-	v.SetMaxKeyVersion(26, 4)  // EndTxn
-	v.SetMaxKeyVersion(28, 3)  // TxnOffsetCommit (pre-TV2)
+	v.SetMaxKeyVersion(0, 11) // Produce
+	v.SetMaxKeyVersion(24, 3) // AddPartitionsToTxn
+	v.SetMaxKeyVersion(26, 4) // EndTxn
+	v.SetMaxKeyVersion(28, 3) // TxnOffsetCommit (pre-TV2)
 	return append(base[:len(base):len(base)],
 		kgo.MaxVersions(v),
 		kgo.RequiredAcks(kgo.AllISRAcks()),

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kmirror/kmirror/internal/mirrorapi"
+)
+
+func init() {
+	register("describe", "show mirrors, their partitions, offsets, lag and state", runDescribe)
+}
+
+// agentFlags adds the flags every API command shares: where the agent is.
+func agentFlags(fs *flag.FlagSet) (addr, token *string) {
+	addr = fs.String("agent", envOr("KMIRROR_ADDR", "http://127.0.0.1:8080"), "agent API URL (env KMIRROR_ADDR)")
+	token = fs.String("token", os.Getenv("KMIRROR_TOKEN"), "agent API bearer token (env KMIRROR_TOKEN)")
+	return addr, token
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func runDescribe(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("kmirror describe", flag.ContinueOnError)
+	addr, token := agentFlags(fs)
+	mirror := fs.String("mirror", "", "only this mirror")
+	output := fs.String("output", "table", "table or json")
+	watch := fs.Duration("watch", 0, "refresh every interval until interrupted (table output), such as 2s")
+	count := fs.Int("count", 0, "with --watch: stop after this many refreshes (0 = until interrupted)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *output != "table" && *output != "json" {
+		return fmt.Errorf("--output %q: use table or json", *output)
+	}
+	cl := mirrorapi.NewClient(*addr, *token)
+	for i := 1; ; i++ {
+		ms, err := cl.Describe(ctx)
+		if err != nil {
+			return err
+		}
+		if *mirror != "" {
+			var kept []mirrorapi.Mirror
+			for _, m := range ms {
+				if m.Name == *mirror {
+					kept = append(kept, m)
+				}
+			}
+			if len(kept) == 0 {
+				return fmt.Errorf("--mirror %q: no such mirror on the agent at %s", *mirror, *addr)
+			}
+			ms = kept
+		}
+		if *output == "json" {
+			enc := json.NewEncoder(os.Stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(mirrorapi.DescribeResponse{Mirrors: ms})
+		}
+		if *watch > 0 {
+			fmt.Printf("\n%s\n", time.Now().Format("15:04:05"))
+		}
+		if err := writeTable(os.Stdout, ms); err != nil {
+			return err
+		}
+		if *watch <= 0 || (*count > 0 && i >= *count) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(*watch):
+		}
+	}
+}
+
+// writeTable prints KIP-1279's describe table, one line per partition, and
+// each mirror's or topic's error below it.
+func writeTable(w io.Writer, ms []mirrorapi.Mirror) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MIRROR\tTOPIC\tPARTITION\tSOURCE-OFFSET\tDESTINATION-OFFSET\tLAG\tSTATE")
+	var notes []string
+	for _, m := range ms {
+		if m.Error != "" {
+			notes = append(notes, fmt.Sprintf("mirror %s: %s", m.Name, m.Error))
+		}
+		for _, t := range m.Topics {
+			if t.Error != "" {
+				notes = append(notes, fmt.Sprintf("mirror %s topic %s: %s", m.Name, t.Name, t.Error))
+			}
+			for _, p := range t.Partitions {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", m.Name, t.Name, p.Partition, p.SourceOffset, p.DestinationOffset, p.Lag, p.State)
+				if p.Reason != "" {
+					notes = append(notes, fmt.Sprintf("mirror %s %s/%d %s: %s", m.Name, t.Name, p.Partition, p.State, p.Reason))
+				}
+			}
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
+	}
+	return nil
+}

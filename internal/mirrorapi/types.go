@@ -1,0 +1,85 @@
+// Package mirrorapi holds the agent API's types and a Go client for it, shared
+// by the agent, the kmirror CLI and the Terraform provider so that all three
+// read and write the same JSON.
+package mirrorapi
+
+// State is a mirror partition's lifecycle state (KIP-1279's, plus PAUSED).
+type State string
+
+// The states a mirror partition moves through.
+const (
+	StateInitializing State = "INITIALIZING"
+	StatePreparing    State = "PREPARING" // aligning the destination's log start
+	StateMirroring    State = "MIRRORING"
+	StatePaused       State = "PAUSED"
+	StateStopping     State = "STOPPING"
+	StateStopped      State = "STOPPED"
+	StateFailed       State = "FAILED"
+)
+
+// Source is how a mirror reaches its source cluster.
+type Source struct {
+	BootstrapServers []string `json:"bootstrap_servers"`
+}
+
+// DescribeResponse is the body of GET /v1/mirrors.
+type DescribeResponse struct {
+	Mirrors []Mirror `json:"mirrors"`
+}
+
+// Mirror is one mirror as describe shows it.
+type Mirror struct {
+	Name   string  `json:"name"`
+	Source Source  `json:"source"`
+	Topics []Topic `json:"topics"`
+	// Error is why the mirror is not running (for example a preflight
+	// refusal or an unreachable source), empty when it runs.
+	Error    string   `json:"error,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+	MaxLag   int64    `json:"max_lag"`
+	// StateCounts counts partitions per state.
+	StateCounts map[State]int `json:"state_counts"`
+	// BufferedBytes is what the fetchers hold, not yet written.
+	BufferedBytes int64 `json:"buffered_bytes"`
+}
+
+// Topic is one mirror topic.
+type Topic struct {
+	Name       string      `json:"name"`
+	Error      string      `json:"error,omitempty"`
+	Partitions []Partition `json:"partitions"`
+}
+
+// Partition is one mirror partition's figures.
+type Partition struct {
+	Mirror    string `json:"mirror"`
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	State     State  `json:"state"`
+	Reason    string `json:"reason,omitempty"`
+	// SourceOffset is the source high watermark last seen.
+	SourceOffset     int64 `json:"source_offset"`
+	SourceLastStable int64 `json:"source_last_stable"`
+	SourceLogStart   int64 `json:"source_log_start"`
+	// DestinationOffset is the next offset to write on the destination:
+	// every offset below it is mirrored.
+	DestinationOffset int64 `json:"destination_offset"`
+	Lag               int64 `json:"lag"`
+	// LagMillis approximates how old the oldest unmirrored record is: the
+	// time since the partition last had no lag.
+	LagMillis int64 `json:"lag_ms"`
+	Bytes     int64 `json:"bytes_mirrored"`
+	Records   int64 `json:"records_mirrored"`
+	// LostRecords counts source records that retention removed before
+	// they were mirrored.
+	LostRecords  int64 `json:"lost_records"`
+	Retries      int   `json:"retries"`
+	PadRemaining int64 `json:"pad_remaining,omitempty"`
+	LastMirrored int64 `json:"last_mirrored_offset"`
+}
+
+// Error is the body of every error response.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
