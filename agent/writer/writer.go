@@ -46,6 +46,9 @@ func New(cl *kgo.Client, meta *leaders.Cache) *Writer {
 	return &Writer{cl: cl, meta: meta, timeout: 30 * time.Second}
 }
 
+// Client returns the destination client.
+func (w *Writer) Client() *kgo.Client { return w.cl }
+
 // Meta returns the destination's leader cache.
 func (w *Writer) Meta() *leaders.Cache { return w.meta }
 
@@ -87,12 +90,17 @@ func (e *ProduceError) Unwrap() error { return e.Err }
 // appended (same producer id, epoch and sequences) returns the original
 // offset, as Kafka answers.
 func (w *Writer) Produce(ctx context.Context, topic string, partition int32, batch []byte) (int64, error) {
+	return w.produce(ctx, nil, topic, partition, batch)
+}
+
+func (w *Writer) produce(ctx context.Context, txnID *string, topic string, partition int32, batch []byte) (int64, error) {
 	l, err := w.meta.Leader(ctx, topic, partition)
 	if err != nil {
 		return -1, &ProduceError{Topic: topic, Partition: partition, Err: err}
 	}
 	req := kmsg.NewPtrProduceRequest()
 	req.Acks = -1
+	req.TransactionID = txnID
 	req.TimeoutMillis = int32(w.timeout / time.Millisecond)
 	rt := kmsg.NewProduceRequestTopic()
 	rt.Topic = topic
@@ -129,50 +137,61 @@ func (w *Writer) Bounds(ctx context.Context, topic string, partition int32) (lea
 	return w.meta.Bounds(ctx, topic, partition)
 }
 
-// LastBatch finds the last batch that producer id pid wrote below end, by
-// reading back from end in growing windows down to logStart. It returns
-// found=false when pid has no batch in [logStart, end).
-func (w *Writer) LastBatch(ctx context.Context, topic string, partition int32, pid int64, logStart, end int64) (recordbatch.Header, bool, error) {
+// ScanTail calls fn with the header of every batch in [logStart, end) of a
+// destination partition, from the last one backwards, until fn returns true.
+// It reads in windows that grow from the end, so finding the agent's last
+// batch costs one small read in the usual case.
+func (w *Writer) ScanTail(ctx context.Context, topic string, partition int32, logStart, end int64, fn func(recordbatch.Header) (stop bool)) error {
 	tp := fetcher.TP{Topic: topic, Partition: partition}
-	window := int64(1)
-	for {
-		from := max(logStart, end-window)
-		var last recordbatch.Header
-		var found bool
-		for at := from; at < end; {
+	upper := end // every batch starting at or above upper was visited
+	window := int64(64)
+	for upper > logStart {
+		from := max(logStart, upper-window)
+		var hs []recordbatch.Header
+		for at := from; at < upper; {
 			c, err := fetcher.ReadAt(ctx, w.cl, w.meta, tp, at, 8<<20)
 			if err != nil {
-				return last, false, fmt.Errorf("reading the destination tail: %w", err)
-			}
-			if len(c.Records) == 0 {
-				break
+				return fmt.Errorf("reading the destination tail: %w", err)
 			}
 			next := at
 			for rest := c.Records; len(rest) > 0; {
 				b, r, err := recordbatch.Next(rest)
-				if err != nil || b == nil {
+				if err != nil {
+					return fmt.Errorf("reading the destination tail of %s: %w", tp, err)
+				}
+				if b == nil {
 					break
 				}
 				rest = r
 				h, err := recordbatch.ParseHeader(b)
 				if err != nil {
-					return last, false, fmt.Errorf("reading the destination tail of %s: %w", tp, err)
+					return fmt.Errorf("reading the destination tail of %s: %w", tp, err)
 				}
+				if h.BaseOffset >= upper {
+					next = upper
+					break
+				}
+				hs = append(hs, h)
 				next = h.LastOffset() + 1
-				if h.ProducerID == pid && h.BaseOffset < end && !h.IsControl() {
-					last, found = h, true
-				}
 			}
 			if next <= at {
 				break
 			}
 			at = next
 		}
-		if found || from == logStart {
-			return last, found, nil
+		for i := len(hs) - 1; i >= 0; i-- {
+			if fn(hs[i]) {
+				return nil
+			}
+		}
+		if len(hs) > 0 && hs[0].BaseOffset < from {
+			upper = hs[0].BaseOffset
+		} else {
+			upper = from
 		}
 		window *= 16
 	}
+	return nil
 }
 
 // DeleteRecords moves a destination partition's log start to offset.

@@ -1,0 +1,69 @@
+package partition
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/kmirror/kmirror/internal/recordbatch"
+)
+
+// align pads the destination from next up to target with records nobody
+// will see and then cuts them off with DeleteRecords, so that the
+// destination log starts where the source's does.
+func (m *Mirror) align(ctx context.Context, target int64) error {
+	tp := m.cfg.TP
+	var lost int64
+	if m.next > 0 {
+		// Retention on the source removed records the mirror had not
+		// copied yet: report it, never silently.
+		lost = target - m.next
+		m.log.Warn("source retention removed records before they were mirrored", "from", m.next, "to", target, "lost", lost)
+	}
+	m.setState(Preparing, fmt.Sprintf("aligning the destination log start to the source's (%d)", target))
+	for m.next < target {
+		n := int32(min(int64(m.cfg.PadBatch), target-m.next))
+		b, err := padBatch(n, m.cfg.KeyedPad, m.cfg.ProducerID, m.cfg.Epoch, m.seq)
+		if err != nil {
+			return fail("building a padding batch: %v", err)
+		}
+		if err := m.writePlain(ctx, b, n); err != nil {
+			return err
+		}
+		m.src = m.next
+		m.mu.Lock()
+		m.st.PadRemaining = target - m.next
+		m.mu.Unlock()
+	}
+	total := lost
+	if prev, ok := m.cfg.Checkpoints.Alignment(tp); ok {
+		total += prev.Lost
+	}
+	if err := m.cfg.Checkpoints.SaveAlignment(ctx, tp, Alignment{Offset: target, NextSeq: m.seq, Lost: total}); err != nil {
+		return err
+	}
+	if err := m.cfg.Writer.DeleteRecords(ctx, tp.Topic, tp.Partition, target); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.st.PadRemaining = 0
+	m.st.LostRecords = total
+	m.mu.Unlock()
+	if lost > 0 {
+		m.setState(Preparing, fmt.Sprintf("source retention removed offsets %d to %d before they were mirrored", target-lost, target-1))
+	}
+	return nil
+}
+
+func padBatch(n int32, keyed bool, pid int64, epoch int16, seq int32) ([]byte, error) {
+	recs := make([]recordbatch.Record, n)
+	var key []byte
+	if keyed {
+		key = []byte("kmirror-pad")
+	}
+	now := time.Now().UnixMilli()
+	for i := range recs {
+		recs[i] = recordbatch.Record{Offset: int64(i), Key: key, Timestamp: now}
+	}
+	return recordbatch.Build(recordbatch.CodecNone, 0, 0, now, pid, epoch, seq, recs)
+}

@@ -1,0 +1,263 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/kmirror/kmirror/agent/fetcher"
+	"github.com/kmirror/kmirror/internal/recordbatch"
+)
+
+// copy forwards fetched batches until an error.
+func (m *Mirror) copy(ctx context.Context) error {
+	f := m.cfg.Fetcher
+	ch, gen := f.Assign(m.cfg.TP, m.src)
+	for {
+		var c fetcher.Chunk
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case c = <-ch:
+		}
+		if c.Gen != gen {
+			f.Done(c)
+			continue
+		}
+		err := m.handle(ctx, c)
+		f.Done(c)
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (m *Mirror) handle(ctx context.Context, c fetcher.Chunk) error {
+	m.mu.Lock()
+	if c.HighWatermark >= 0 {
+		m.st.SourceOffset, m.st.SourceLastStable, m.st.SourceLogStart = c.HighWatermark, c.LastStable, c.LogStart
+	}
+	m.mu.Unlock()
+	if c.Err != nil {
+		if errors.Is(c.Err, kerr.OffsetOutOfRange) {
+			// Source retention overtook us, or the source was truncated:
+			// resync decides which.
+			return errResync
+		}
+		return fmt.Errorf("fetching from the source: %w", c.Err)
+	}
+	m.aborted.add(c.Aborted)
+	for rest := c.Records; len(rest) > 0; {
+		b, r, err := recordbatch.Next(rest)
+		if err != nil {
+			return fail("reading a source batch of %s: %v", m.cfg.TP, err)
+		}
+		if b == nil {
+			break
+		}
+		rest = r
+		if err := m.forward(ctx, b); err != nil {
+			return err
+		}
+	}
+	m.mu.Lock()
+	m.st.DestinationOffset = m.next
+	m.st.LastMirrored = m.src - 1
+	m.st.Lag = max(0, m.st.SourceOffset-m.src)
+	if m.st.Lag == 0 {
+		m.caughtUp = time.Now()
+	}
+	m.mu.Unlock()
+	return nil
+}
+
+// forward mirrors one source batch: the offsets before it that the source
+// does not have, then its records at their own offsets, through the writer
+// that gives them the source's visibility.
+func (m *Mirror) forward(ctx context.Context, b []byte) error {
+	h, err := recordbatch.ParseHeader(b)
+	if err != nil {
+		return fail("reading a source batch of %s: %v", m.cfg.TP, err)
+	}
+	if h.LastOffset() < m.src {
+		return nil // already on the destination
+	}
+	if h.BaseOffset > m.src {
+		// Offsets the source log no longer has (compaction, or markers
+		// and aborted data a cleaner removed): invisible there.
+		if err := m.invisible(ctx, h.BaseOffset-m.src); err != nil {
+			return err
+		}
+	}
+	m.aborted.reach(h.LastOffset())
+	if h.IsControl() {
+		commit, err := recordbatch.ControlRecord(b)
+		if err != nil {
+			return fail("reading the transaction marker at source offset %d: %v", h.BaseOffset, err)
+		}
+		m.aborted.marker(h.ProducerID, commit)
+		return m.invisible(ctx, h.LastOffset()+1-m.src)
+	}
+	aborted := m.aborted.aborted(h)
+	parts := []recordbatch.Part{{FirstOffset: h.BaseOffset, LastOffset: h.LastOffset(), Batch: b}}
+	if h.NumRecords != h.LastOffsetDelta+1 {
+		// A compacted batch with holes: brokers take dense batches only.
+		if parts, err = recordbatch.SplitDense(b); err != nil {
+			return fail("splitting the compacted source batch at offset %d: %v", h.BaseOffset, err)
+		}
+	}
+	for _, p := range parts {
+		if p.LastOffset < m.src {
+			continue
+		}
+		if p.FirstOffset > m.src {
+			if err := m.invisible(ctx, p.FirstOffset-m.src); err != nil {
+				return err
+			}
+		}
+		if err := m.writeVisible(ctx, p.Batch, aborted); err != nil {
+			return err
+		}
+	}
+	if end := h.LastOffset() + 1; end > m.src {
+		// Trailing offsets a cleaner emptied.
+		return m.invisible(ctx, end-m.src)
+	}
+	return nil
+}
+
+// writeVisible writes a dense batch whose records consumers see at src.
+func (m *Mirror) writeVisible(ctx context.Context, b []byte, aborted bool) error {
+	h, err := recordbatch.ParseHeader(b)
+	if err != nil {
+		return fail("reading a source batch: %v", err)
+	}
+	if m.next > m.src {
+		return fail("duplicate transaction marker at destination offset %d where the source has a record; recover the partition to re-align it", m.src)
+	}
+	if h.BaseOffset < m.src || h.LogAppendTime() {
+		// Re-encode: the batch straddles the offset the destination
+		// resumes from, or its timestamps are the source's append times.
+		nb, err := reencode(b, h, m.src)
+		if err != nil {
+			return fail("re-encoding the source batch at offset %d: %v", h.BaseOffset, err)
+		}
+		b = nb
+	}
+	// Rewritten in place: a retry refetches, so the fetched bytes are never
+	// read again and no copy is needed.
+	n := int32(h.LastOffset() + 1 - m.src)
+	if aborted {
+		err = m.writeAborted(ctx, b, n)
+	} else {
+		err = m.writePlain(ctx, b, n)
+	}
+	if err != nil {
+		return err
+	}
+	m.src = m.next
+	m.mu.Lock()
+	m.st.Bytes += int64(len(b))
+	m.st.Records += int64(n)
+	m.mu.Unlock()
+	return nil
+}
+
+// writePlain appends a batch through the plain idempotent writer.
+func (m *Mirror) writePlain(ctx context.Context, b []byte, n int32) error {
+	if err := recordbatch.Rewrite(b, m.cfg.ProducerID, m.cfg.Epoch, m.seq, false); err != nil {
+		return fail("rewriting the source batch for offset %d: %v", m.next, err)
+	}
+	off, err := m.cfg.Writer.Produce(ctx, m.cfg.TP.Topic, m.cfg.TP.Partition, b)
+	if err != nil {
+		return m.classifyProduce(err)
+	}
+	return m.landed(off, n, &m.seq)
+}
+
+// writeAborted appends a batch of an aborted source transaction through the
+// destination transaction, opening it first.
+func (m *Mirror) writeAborted(ctx context.Context, b []byte, n int32) error {
+	tp := m.cfg.TP
+	if !m.data.open {
+		if err := m.cfg.Writer.AddPartition(ctx, m.data.id, m.data.p, tp.Topic, tp.Partition); err != nil {
+			return classifyTxn(err, "opening the transaction for aborted source records")
+		}
+		m.data.open = true
+	}
+	if err := recordbatch.Rewrite(b, m.data.p.ID, m.data.p.Epoch, m.data.seq, true); err != nil {
+		return fail("rewriting the aborted source batch for offset %d: %v", m.next, err)
+	}
+	off, err := m.cfg.Writer.ProduceTxn(ctx, m.data.id, tp.Topic, tp.Partition, b)
+	if err != nil {
+		if e := classifyTxn(err, "writing aborted source records"); errors.As(e, new(*failure)) {
+			return e
+		}
+		return m.classifyProduce(err)
+	}
+	return m.landed(off, n, &m.data.seq)
+}
+
+// landed checks where a batch of n records went and advances past it.
+func (m *Mirror) landed(off int64, n int32, seq *int32) error {
+	if off != m.next {
+		return fail("the destination put the batch for offset %d at offset %d: something else writes to this mirror topic, or a write was lost",
+			m.next, off)
+	}
+	m.next += int64(n)
+	*seq = addSeq(*seq, n)
+	return nil
+}
+
+// classifyProduce turns a produce error into a retry (the resume point is
+// re-read from the destination) or a failure.
+func (m *Mirror) classifyProduce(err error) error {
+	var ke *kerr.Error
+	if !errors.As(err, &ke) {
+		return err // network and client errors: retry
+	}
+	switch {
+	case ke.Retriable, errors.Is(err, kerr.OutOfOrderSequenceNumber), errors.Is(err, kerr.DuplicateSequenceNumber),
+		errors.Is(err, kerr.UnknownProducerID), errors.Is(err, kerr.InvalidProducerEpoch):
+		return err
+	case errors.Is(err, kerr.InvalidRecord) && m.cfg.KeyedPad:
+		return fail("the destination refused the batch for offset %d: %v; a compacted destination topic refuses records without a key, which the source still holds (written before it was compacted); mirror the topic with cleanup.policy=delete until that range is copied",
+			m.next, err)
+	}
+	return fail("the destination refused the batch for offset %d: %v", m.next, err)
+}
+
+// reencode rebuilds a batch from its records at offsets ≥ from, with the
+// same codec, giving LogAppendTime batches their append time as create time.
+func reencode(b []byte, h recordbatch.Header, from int64) ([]byte, error) {
+	if h.LogAppendTime() {
+		nb, err := recordbatch.ReencodeLogAppendTime(b)
+		if err != nil {
+			return nil, err
+		}
+		if h.BaseOffset >= from {
+			return nb, nil
+		}
+		b = nb
+		if h, err = recordbatch.ParseHeader(b); err != nil {
+			return nil, err
+		}
+	}
+	recs, err := recordbatch.Records(b)
+	if err != nil {
+		return nil, err
+	}
+	kept := recs[:0]
+	for _, r := range recs {
+		if r.Offset >= from {
+			kept = append(kept, r)
+		}
+	}
+	if len(kept) == 0 {
+		return nil, fmt.Errorf("no record at or after offset %d", from)
+	}
+	return recordbatch.Build(h.Codec(), h.Attributes&recordbatch.AttrTransactional, kept[0].Offset, kept[0].Timestamp, h.ProducerID, h.ProducerEpoch, h.BaseSequence, kept)
+}

@@ -1,0 +1,192 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/kmirror/kmirror/agent/fetcher"
+	"github.com/kmirror/kmirror/agent/writer"
+	"github.com/kmirror/kmirror/internal/recordbatch"
+)
+
+// txn is one destination transactional id of the partition.
+type txn struct {
+	id   string
+	p    writer.Producer
+	open bool  // the partition is in the id's ongoing transaction
+	seq  int32 // next sequence of its data batches in this partition
+}
+
+// settleTxns makes sure no marker of the agent's transactional ids is still
+// on its way before the destination end is read (review B4): the filler id
+// is fenced with InitProducerId, which also aborts a filler transaction a
+// dead agent left open (its marker lands now, at the gap that agent was
+// filling); the data id's transaction is adopted when ongoing, or settled
+// and fenced.
+func (m *Mirror) settleTxns(ctx context.Context) error {
+	w := m.cfg.Writer
+	if m.cfg.Fillers == FillCoordinator {
+		p, err := w.InitTxn(ctx, m.fill.id, m.cfg.TxnTimeout)
+		if err != nil {
+			return err
+		}
+		m.fill.p = p
+		if _, err := w.WaitSettled(ctx, m.fill.id); err != nil {
+			return err
+		}
+	}
+	st, err := w.DescribeTxn(ctx, m.data.id)
+	if err != nil {
+		return err
+	}
+	if !st.Settled() && !st.Open() {
+		if st, err = w.WaitSettled(ctx, m.data.id); err != nil {
+			return err
+		}
+	}
+	if st.Open() {
+		// Adopt it: nothing is bound to a connection, and its batches
+		// carry deterministic sequences, so a late request of a dead
+		// agent is deduplicated (review §1.3).
+		m.data.p, m.data.open = st.Producer, true
+		return nil
+	}
+	p, err := w.InitTxn(ctx, m.data.id, m.cfg.TxnTimeout)
+	if err != nil {
+		return err
+	}
+	m.data.p, m.data.open, m.data.seq = p, false, 0
+	return nil
+}
+
+// invisible gives the source offsets [src, src+n) invisible destination
+// offsets. Offsets the destination already holds beyond src (extra markers
+// absorbed earlier) count first; then an open transaction of aborted records
+// is aborted, its marker taking the next offset; fillers take the rest.
+// With n == 0 it only closes an open transaction, whose marker then takes
+// an offset the caller pads over.
+func (m *Mirror) invisible(ctx context.Context, n int64) error {
+	end := m.src + n
+	for {
+		m.src = max(m.src, min(m.next, end))
+		if m.src >= end && (n > 0 || !m.data.open) {
+			return nil
+		}
+		// Invisible source offsets left after the one the next marker takes.
+		spare := end - m.src - 1
+		if m.data.open {
+			if err := m.cfg.Writer.EndTxn(ctx, m.data.id, m.data.p, false); err != nil {
+				return classifyTxn(err, "aborting the transaction of aborted source records")
+			}
+			m.data.open = false
+			if err := m.afterMarker(ctx, m.data.id, spare); err != nil {
+				return err
+			}
+		} else if err := m.filler(ctx, end-m.src); err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+	}
+}
+
+// filler writes filler markers for up to n invisible offsets.
+func (m *Mirror) filler(ctx context.Context, n int64) error {
+	tp := m.cfg.TP
+	w := m.cfg.Writer
+	if m.cfg.Fillers == FillMarkers {
+		k := min(n, 1000)
+		if err := w.WriteMarkers(ctx, writer.Producer{ID: markerPID}, tp.Topic, tp.Partition, int(k)); err != nil {
+			return err
+		}
+		return m.checkEnd(ctx, m.next+k, n-k)
+	}
+	if err := w.AddPartition(ctx, m.fill.id, m.fill.p, tp.Topic, tp.Partition); err != nil {
+		return classifyTxn(err, "opening a filler transaction")
+	}
+	if err := w.EndTxn(ctx, m.fill.id, m.fill.p, false); err != nil {
+		return classifyTxn(err, "aborting a filler transaction")
+	}
+	return m.afterMarker(ctx, m.fill.id, n-1)
+}
+
+// afterMarker waits until the coordinator has written every marker of txnID
+// (EndTxn returns after its decision only) and checks that exactly one
+// offset was taken; spare is how many more invisible offsets the source has
+// right after it.
+func (m *Mirror) afterMarker(ctx context.Context, txnID string, spare int64) error {
+	st, err := m.cfg.Writer.WaitSettled(ctx, txnID)
+	if err != nil {
+		return err
+	}
+	if st.State == "CompleteCommit" {
+		return fail("transaction %q was committed, not aborted: another process uses the agent's transactional ids", txnID)
+	}
+	return m.checkEnd(ctx, m.next+1, spare)
+}
+
+// checkEnd compares the destination end with want after markers: the
+// coordinator re-sends markers after a lost response or its own failover,
+// and a duplicate is one more invisible offset (review B1). Extra offsets
+// that are markers are absorbed where the source has invisible offsets right
+// after (spare of them); anything else fails the partition.
+func (m *Mirror) checkEnd(ctx context.Context, want, spare int64) error {
+	tp := m.cfg.TP
+	b, err := m.cfg.Writer.Bounds(ctx, tp.Topic, tp.Partition)
+	if err != nil {
+		return err
+	}
+	switch {
+	case b.HighWatermark == want:
+		m.next = want
+		return nil
+	case b.HighWatermark < want:
+		return fmt.Errorf("destination end %d is below %d after a marker: retrying from the destination end", b.HighWatermark, want)
+	}
+	extra := b.HighWatermark - want
+	// Look at what took the extra offsets.
+	c, err := fetcher.ReadAt(ctx, m.cfg.Writer.Client(), m.cfg.Writer.Meta(), tp, want, 1<<20)
+	if err != nil {
+		return err
+	}
+	for rest := c.Records; len(rest) > 0; {
+		bb, r, err := recordbatch.Next(rest)
+		if err != nil || bb == nil {
+			break
+		}
+		rest = r
+		h, err := recordbatch.ParseHeader(bb)
+		if err != nil {
+			return err
+		}
+		if h.LastOffset() < want || h.BaseOffset >= b.HighWatermark {
+			continue
+		}
+		if !h.IsControl() {
+			return fail("the destination has a record at offset %d that the agent did not write (a foreign write to a mirror topic)", h.BaseOffset)
+		}
+	}
+	if extra > spare {
+		return fail("duplicate transaction marker at destination offset %d where the source has a visible record; recover the partition to re-align it",
+			want+max(0, spare))
+	}
+	m.log.Info("absorbed duplicate transaction markers as fillers", "offset", want, "count", extra)
+	m.next = b.HighWatermark
+	return nil
+}
+
+// classifyTxn turns a transactional error into a retry or a failure.
+func classifyTxn(err error, doing string) error {
+	switch {
+	case errors.Is(err, kerr.ProducerFenced), errors.Is(err, kerr.InvalidProducerEpoch),
+		errors.Is(err, kerr.InvalidProducerIDMapping), errors.Is(err, kerr.InvalidTxnState):
+		return fail("%s: %v: the destination transaction was aborted (transaction timeout) or another agent took over this partition", doing, err)
+	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
+		return fail("%s: %v: the agent needs WRITE and DESCRIBE on transactional ids %q on the destination", doing, err, "kmirror.*")
+	}
+	return fmt.Errorf("%s: %w", doing, err)
+}
