@@ -92,7 +92,10 @@ type Config struct {
 	// RefreshInterval is how often source topics are checked for new
 	// partitions (mirror.metadata.refresh.interval.ms, default 30s).
 	RefreshInterval time.Duration
-	Logger          hclog.Logger
+	// Fillers is how invisible destination offsets are written (default
+	// partition.FillCoordinator).
+	Fillers partition.FillerMethod
+	Logger  hclog.Logger
 }
 
 // Coordinator runs the mirrors of one agent.

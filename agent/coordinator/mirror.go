@@ -26,6 +26,12 @@ type MirrorStatus = mirrorapi.Mirror
 // TopicStatus is one mirror topic.
 type TopicStatus = mirrorapi.Topic
 
+// runningPartition is a partition mirror and how to stop it.
+type runningPartition struct {
+	pm   *partition.Mirror
+	stop context.CancelFunc // nil when it does not run (restored FAILED)
+}
+
 type mirror struct {
 	c   *Coordinator
 	log hclog.Logger
@@ -36,7 +42,7 @@ type mirror struct {
 	err       string
 	warnings  []string
 	topicErrs map[string]string
-	parts     map[fetcher.TP]*partition.Mirror
+	parts     map[fetcher.TP]*runningPartition
 	fetch     *fetcher.Fetcher
 	refresh   chan struct{}
 	wg        sync.WaitGroup
@@ -46,7 +52,7 @@ type mirror struct {
 func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
 	return &mirror{
 		c: c, log: c.log.Named("mirror").With("mirror", rec.Spec.Name), rec: rec, spec: rec.Spec,
-		topicErrs: map[string]string{}, parts: map[fetcher.TP]*partition.Mirror{},
+		topicErrs: map[string]string{}, parts: map[fetcher.TP]*runningPartition{},
 		refresh: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 }
@@ -140,7 +146,7 @@ func (m *mirror) runConnected(ctx context.Context) error {
 		cancel()
 		m.wg.Wait()
 		m.mu.Lock()
-		m.parts = map[fetcher.TP]*partition.Mirror{}
+		m.parts = map[fetcher.TP]*runningPartition{}
 		m.fetch = nil
 		m.mu.Unlock()
 	}()
@@ -187,8 +193,10 @@ func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, srcMeta *le
 	var tr topicRecord
 	if m.c.getJSON(topicKey(name, topic), &tr) {
 		if tr.SourceTopicID != info.SourceTopicID && info.SourceTopicID != (kadm.TopicID{}) {
-			return fmt.Errorf("source topic %q was recreated (topic id %s, mirrored %s): its offsets no longer match the destination's; recover the topic to mirror it again",
+			err := fmt.Errorf("source topic %q was recreated (topic id %s, mirrored %s): its offsets no longer match the destination's; recover the topic to mirror it again",
 				topic, info.SourceTopicID, tr.SourceTopicID)
+			m.failTopic(ctx, topic, info.SourcePartitions, err.Error())
+			return err
 		}
 	} else if err := m.c.putJSON(ctx, topicKey(name, topic), topicRecord{SourceTopicID: info.SourceTopicID}); err != nil {
 		return err
@@ -214,27 +222,54 @@ func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, srcMeta *le
 			pm := partition.New(partition.Config{Mirror: name, TP: tp})
 			pm.Restore(pr.State, pr.Reason)
 			m.mu.Lock()
-			m.parts[tp] = pm
+			m.parts[tp] = &runningPartition{pm: pm}
 			m.mu.Unlock()
 			continue
 		}
 		pm := partition.New(partition.Config{
 			Mirror: name, TP: tp, ProducerID: m.rec.ProducerID, Epoch: m.rec.Epoch, KeyedPad: keyed,
-			Fetcher: f, Source: srcMeta, Writer: m.c.writer, Checkpoints: checkpoints{m.c, name},
+			Fetcher: f, Source: srcMeta, Writer: m.c.writer, Checkpoints: checkpoints{m.c, name}, Fillers: m.c.cfg.Fillers,
 			OnChange: func(st partition.Status) { m.persistPartition(ctx, tp, st) },
 			Logger:   m.log.Named("partition"),
 		})
+		pctx, stop := context.WithCancel(ctx)
 		m.mu.Lock()
-		m.parts[tp] = pm
+		m.parts[tp] = &runningPartition{pm: pm, stop: stop}
 		m.mu.Unlock()
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
 			defer f.Remove(tp)
-			pm.Run(ctx)
+			defer stop()
+			pm.Run(pctx)
 		}()
 	}
 	return nil
+}
+
+// failTopic stops every partition of topic and marks it FAILED with reason,
+// persisted, so that a restart does not resume it either.
+func (m *mirror) failTopic(ctx context.Context, topic string, partitions int32, reason string) {
+	for p := int32(0); p < partitions; p++ {
+		tp := fetcher.TP{Topic: topic, Partition: p}
+		m.mu.Lock()
+		rp, ok := m.parts[tp]
+		if !ok {
+			rp = &runningPartition{pm: partition.New(partition.Config{Mirror: m.rec.Spec.Name, TP: tp})}
+			m.parts[tp] = rp
+		}
+		stop := rp.stop
+		rp.stop = nil
+		m.mu.Unlock()
+		if stop != nil {
+			stop()
+		}
+		if st := rp.pm.Status(); st.State == partition.Failed && st.Reason == reason {
+			continue
+		}
+		rp.pm.Restore(partition.Failed, reason)
+		m.persistPartition(ctx, tp, rp.pm.Status())
+	}
 }
 
 func (m *mirror) persistPartition(ctx context.Context, tp fetcher.TP, st partition.Status) {
@@ -254,12 +289,12 @@ func (m *mirror) status() MirrorStatus {
 	for _, t := range m.spec.Topics {
 		byTopic[t] = &TopicStatus{Name: t, Error: m.topicErrs[t]}
 	}
-	for tp, pm := range m.parts {
+	for tp, rp := range m.parts {
 		ts, ok := byTopic[tp.Topic]
 		if !ok {
 			continue
 		}
-		ps := pm.Status()
+		ps := rp.pm.Status()
 		ts.Partitions = append(ts.Partitions, ps)
 		st.StateCounts[ps.State]++
 		st.MaxLag = max(st.MaxLag, ps.Lag)

@@ -71,7 +71,34 @@ func (m *Mirror) handle(ctx context.Context, c fetcher.Chunk) error {
 		m.caughtUp = time.Now()
 	}
 	m.mu.Unlock()
+	m.watchHanging(c)
 	return nil
+}
+
+// hangingAfter is how long a source transaction may hold the source's last
+// stable offset, with the mirror caught up to it, before describe says so.
+const hangingAfter = 30 * time.Second
+
+// watchHanging reports a source transaction that stays open: the mirror
+// copies only below the source's last stable offset, so such a transaction
+// stalls it, and the user must hear why.
+func (m *Mirror) watchHanging(c fetcher.Chunk) {
+	stalled := c.LastStable >= 0 && c.LastStable < c.HighWatermark && m.src >= c.LastStable
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case !stalled:
+		m.stalledAt, m.stalledSince = -1, time.Time{}
+		if m.st.State == Mirroring && m.st.Reason != "" && m.hangingReason {
+			m.st.Reason, m.hangingReason = "", false
+		}
+	case m.stalledAt != c.LastStable:
+		m.stalledAt, m.stalledSince = c.LastStable, time.Now()
+	case time.Since(m.stalledSince) > hangingAfter && m.st.State == Mirroring:
+		m.st.Reason = fmt.Sprintf("waiting for a source transaction open at offset %d since %s: mirroring copies only decided records (below the source's last stable offset); if the producer died, abort the transaction on the source (kafka-transactions.sh abort)",
+			c.LastStable, m.stalledSince.UTC().Format(time.RFC3339))
+		m.hangingReason = true
+	}
 }
 
 // forward mirrors one source batch: the offsets before it that the source
@@ -203,8 +230,12 @@ func (m *Mirror) writeAborted(ctx context.Context, b []byte, n int32) error {
 
 // landed checks where a batch of n records went and advances past it.
 func (m *Mirror) landed(off int64, n int32, seq *int32) error {
-	if off != m.next {
-		return fail("the destination put the batch for offset %d at offset %d: something else writes to this mirror topic, or a write was lost",
+	switch {
+	case off < m.next:
+		return fail("the destination put the batch for offset %d at offset %d: the destination log was truncated (an unclean leader election or a lost write); recover the partition to re-align it",
+			m.next, off)
+	case off > m.next:
+		return fail("the destination put the batch for offset %d at offset %d: something else wrote to this mirror topic; recover the partition to re-align it",
 			m.next, off)
 	}
 	m.next += int64(n)

@@ -117,10 +117,19 @@ type Mirror struct {
 	fill txn   // the filler transactional id (FillCoordinator)
 	// aborted tracks the source's aborted transactions (see visibility.go).
 	aborted abortTracker
+	// lossReason says why LostRecords is not zero, kept as the reason of
+	// the MIRRORING state: a loss is reported, never silent.
+	lossReason string
 
 	mu       sync.Mutex
 	st       Status
 	caughtUp time.Time
+	// A source transaction holding the source's last stable offset at
+	// stalledAt since stalledSince (-1: none); hangingReason says the
+	// status reason is about it.
+	stalledAt     int64
+	stalledSince  time.Time
+	hangingReason bool
 }
 
 // New returns a partition mirror; Run starts it.
@@ -145,6 +154,7 @@ func New(cfg Config) *Mirror {
 	m.fill.id = cfg.TxnIDPrefix + ".fill"
 	m.st = Status{Mirror: cfg.Mirror, Topic: cfg.TP.Topic, Partition: cfg.TP.Partition, State: Initializing, LastMirrored: -1}
 	m.caughtUp = time.Now()
+	m.stalledAt = -1
 	return m
 }
 
@@ -231,7 +241,7 @@ func (m *Mirror) runOnce(ctx context.Context) error {
 	if err := m.resync(ctx); err != nil {
 		return err
 	}
-	m.setState(Mirroring, "")
+	m.setState(Mirroring, m.lossReason)
 	return m.copy(ctx)
 }
 
@@ -283,6 +293,14 @@ func (m *Mirror) resync(ctx context.Context) error {
 		if err := m.align(ctx, src.LogStart); err != nil {
 			return err
 		}
+	}
+	// Records lost to source retention stay reported, across restarts
+	// too: the alignment checkpoint counts them.
+	if a, ok := m.cfg.Checkpoints.Alignment(tp); ok && a.Lost > 0 {
+		m.lossReason = fmt.Sprintf("source retention removed %d records before they were mirrored (the last at offset %d)", a.Lost, a.Offset-1)
+		m.mu.Lock()
+		m.st.LostRecords = a.Lost
+		m.mu.Unlock()
 	}
 	m.mu.Lock()
 	m.st.DestinationOffset = m.next
