@@ -74,6 +74,9 @@ type Options struct {
 	PartitionQueue int
 	// MaxWait is the long-poll time of a fetch (default 250ms).
 	MaxWait time.Duration
+	// RequestTimeout is how long a fetch may take beyond MaxWait before it
+	// is abandoned and the session restarted (default 10s).
+	RequestTimeout time.Duration
 	// Budget bounds fetched-but-unwritten bytes (default 256 MiB, private).
 	Budget *Budget
 	Logger hclog.Logger
@@ -92,6 +95,9 @@ func (o *Options) defaults() {
 	if o.MaxWait <= 0 {
 		o.MaxWait = 250 * time.Millisecond
 	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = 10 * time.Second
+	}
 	if o.Budget == nil {
 		o.Budget = NewBudget(256 << 20)
 	}
@@ -99,6 +105,11 @@ func (o *Options) defaults() {
 		o.Logger = hclog.NewNullLogger()
 	}
 }
+
+// heldBackWait caps the long poll of a fetch that leaves out partitions held
+// back by flow control, so that they are fetched again soon after their
+// writers catch up instead of after a whole MaxWait.
+const heldBackWait = 10 * time.Millisecond
 
 type part struct {
 	tp       TP
@@ -283,6 +294,14 @@ type sentPart struct {
 	epoch    int32
 }
 
+// invalidate marks tp's offset in the broker's session as unknown, so the
+// next request sends it again, or forgets it, but never leaves the broker
+// fetching it from a position the fetcher no longer wants. (Deleting it from
+// sent instead would leave the broker serving it from its old offset.)
+func (s *session) invalidate(tp TP) {
+	s.sent[tp] = sentPart{offset: -1}
+}
+
 func (s *session) reset() {
 	s.id, s.epoch = 0, 0
 	s.sent = map[TP]sentPart{}
@@ -304,7 +323,10 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 			}
 			continue
 		}
-		kresp, err := f.cl.Broker(int(broker)).Request(ctx, req)
+		// A fetch is answered within MaxWait; a response that never
+		// comes (a lost connection the client has not noticed, a
+		// broker bug) must not stall the partitions led here.
+		kresp, err := requestWithin(ctx, f.cl.Broker(int(broker)), req, f.opts.MaxWait+f.opts.RequestTimeout)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -333,6 +355,38 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 			sess.id = resp.SessionID
 		}
 		f.handleResponse(ctx, broker, &sess, resp, gens)
+	}
+}
+
+// errFetchTimeout is returned for a fetch not answered in time.
+var errFetchTimeout = errors.New("fetch not answered in time")
+
+// requestWithin issues req and gives up waiting after d. The client may go on
+// waiting for the response on its own (it does not return on a cancelled
+// context once the request is written, and has been seen here to wait
+// forever for a response that never came), so the wait happens in a
+// goroutine that is abandoned on timeout.
+func requestWithin(ctx context.Context, b *kgo.Broker, req kmsg.Request, d time.Duration) (kmsg.Response, error) {
+	type result struct {
+		resp kmsg.Response
+		err  error
+	}
+	rctx, cancel := context.WithTimeout(ctx, d)
+	done := make(chan result, 1)
+	go func() {
+		defer cancel()
+		resp, err := b.Request(rctx, req)
+		done <- result{resp, err}
+	}()
+	t := time.NewTimer(d + time.Second)
+	defer t.Stop()
+	select {
+	case r := <-done:
+		return r.resp, r.err
+	case <-t.C:
+		return nil, errFetchTimeout
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 }
 
@@ -416,6 +470,12 @@ func (f *Fetcher) buildRequest(ctx context.Context, broker int32, sess *session)
 	req := kmsg.NewPtrFetchRequest()
 	req.ReplicaID = -1
 	req.MaxWaitMillis = int32(f.opts.MaxWait / time.Millisecond)
+	if len(ready) < led {
+		// Partitions held back until their chunks are written are not in
+		// this fetch; if the ones that are have nothing new, a long poll
+		// would keep the held-back ones from being fetched until it ends.
+		req.MaxWaitMillis = min(req.MaxWaitMillis, int32(heldBackWait/time.Millisecond))
+	}
 	req.MinBytes = 1
 	req.MaxBytes = int32(min(int64(f.opts.MaxBytes), avail))
 	req.IsolationLevel = 1 // read_committed: copy only below the LSO
@@ -485,6 +545,12 @@ func (f *Fetcher) buildRequest(ctx context.Context, broker int32, sess *session)
 func (f *Fetcher) handleResponse(ctx context.Context, broker int32, sess *session, resp *kmsg.FetchResponse, gens map[TP]uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	var staleSession bool
+	defer func() {
+		if staleSession {
+			sess.reset()
+		}
+	}()
 	idTopics := map[[16]byte]string{}
 	for _, rt := range resp.Topics {
 		topic := rt.Topic
@@ -502,13 +568,15 @@ func (f *Fetcher) handleResponse(ctx context.Context, broker int32, sess *sessio
 			tp := TP{topic, rp.Partition}
 			p, ok := f.parts[tp]
 			gen, asked := gens[tp]
-			if !ok || p.leader != broker {
+			if !ok || p.leader != broker || !asked {
+				// Not wanted from this broker now: the next request
+				// forgets it (it stays in sess.sent until then).
 				continue
 			}
-			if asked && gen != p.gen {
+			if gen != p.gen {
 				// Seeked while the fetch was out: the session
 				// must be told the new offset.
-				delete(sess.sent, tp)
+				sess.invalidate(tp)
 				continue
 			}
 			err := kerr.ErrorForCode(rp.ErrorCode)
@@ -517,16 +585,26 @@ func (f *Fetcher) handleResponse(ctx context.Context, broker int32, sess *sessio
 			case leaders.IsLeadershipError(err) || errors.Is(err, kerr.KafkaStorageError):
 				p.leader = -1
 				f.meta.Invalidate(tp.Topic)
-				delete(sess.sent, tp)
+				sess.invalidate(tp)
 				f.wakeLocked()
 				continue
 			default:
-				delete(sess.sent, tp)
+				sess.invalidate(tp)
 				f.deliverLocked(p, Chunk{TP: tp, Gen: p.gen, FetchOffset: p.offset, HighWatermark: rp.HighWatermark,
 					LastStable: rp.LastStableOffset, LogStart: rp.LogStartOffset, Err: err})
 				continue
 			}
 			whole, next := wholeBatches(rp.RecordBatches)
+			if stale(whole, p.offset) {
+				// A broker answers from the offset its session holds; data
+				// that ends before the offset asked for means the session
+				// and the fetcher disagree (kfake does this after long
+				// polls). Drop it, aborted list included, and start a new
+				// session.
+				f.opts.Logger.Debug("fetch returned data below the fetch offset; resetting the fetch session", "partition", tp.String(), "offset", p.offset)
+				staleSession = true
+				continue
+			}
 			if len(whole) == 0 && len(rp.RecordBatches) > 0 {
 				// The next batch is larger than the partition's share:
 				// ask for more next time.
@@ -572,6 +650,17 @@ func (f *Fetcher) deliverLocked(p *part, c Chunk) {
 	p.queued++
 	p.held += c.Size()
 	p.out <- c // never blocks: queued < capacity
+}
+
+// stale says whether fetched batches end before offset, the position asked
+// for (a batch may start below it, but must reach it).
+func stale(whole []byte, offset int64) bool {
+	first, _, err := recordbatch.Next(whole)
+	if err != nil || first == nil {
+		return false
+	}
+	h, err := recordbatch.ParseHeader(first)
+	return err == nil && h.LastOffset() < offset
 }
 
 // wholeBatches cuts a trailing partial batch and returns the whole batches

@@ -90,7 +90,7 @@ func (m *Mirror) watchHanging(c fetcher.Chunk) {
 	case !stalled:
 		m.stalledAt, m.stalledSince = -1, time.Time{}
 		if m.st.State == Mirroring && m.st.Reason != "" && m.hangingReason {
-			m.st.Reason, m.hangingReason = "", false
+			m.st.Reason, m.hangingReason = m.lossReason, false
 		}
 	case m.stalledAt != c.LastStable:
 		m.stalledAt, m.stalledSince = c.LastStable, time.Now()
@@ -125,7 +125,7 @@ func (m *Mirror) forward(ctx context.Context, b []byte) error {
 		if err != nil {
 			return fail("reading the transaction marker at source offset %d: %v", h.BaseOffset, err)
 		}
-		m.aborted.marker(h.ProducerID, commit)
+		m.aborted.marker(h.ProducerID, h.BaseOffset, commit)
 		return m.invisible(ctx, h.LastOffset()+1-m.src)
 	}
 	aborted := m.aborted.aborted(h)

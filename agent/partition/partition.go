@@ -330,13 +330,17 @@ func (m *Mirror) recoverSequences(ctx context.Context, dst leaders.Bounds) error
 			}
 		case h.ProducerID == m.data.p.ID:
 			if needTxn && !gotTx {
-				if h.IsControl() {
-					// The open transaction began after this marker:
-					// it holds no batch below.
+				switch {
+				case h.ProducerEpoch < m.data.p.Epoch:
+					// Written before the epoch began: the epoch's
+					// sequence starts at 0 here.
 					needTxn = false
-				} else if h.ProducerEpoch == m.data.p.Epoch {
+				case !h.IsControl() && h.ProducerEpoch == m.data.p.Epoch:
 					txn, gotTx = h, true
 				}
+				// A marker of the same epoch ended an earlier
+				// transaction: the broker continues the epoch's
+				// sequence across transactions, so look further back.
 			}
 		case h.ProducerID == m.fill.p.ID && h.IsControl(), h.ProducerID == markerPID && h.IsControl():
 		case h.ProducerID == m.cfg.ProducerID && h.IsControl():

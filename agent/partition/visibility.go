@@ -17,12 +17,18 @@ type abortTracker struct {
 	pending []fetcher.Aborted // not yet reached, sorted by first offset
 	seen    map[fetcher.Aborted]bool
 	open    map[int64]bool // producer ids inside an aborted transaction
+	// lastMarker is the offset of each producer's last marker read: a
+	// producer's transactions do not overlap, so an aborted transaction
+	// starting at or before it has already ended, however often a broker
+	// lists it again.
+	lastMarker map[int64]int64
 }
 
 func (a *abortTracker) reset() {
 	a.pending = nil
 	a.seen = map[fetcher.Aborted]bool{}
 	a.open = map[int64]bool{}
+	a.lastMarker = map[int64]int64{}
 }
 
 // add records aborted transactions listed by a fetch response.
@@ -32,7 +38,7 @@ func (a *abortTracker) add(list []fetcher.Aborted) {
 	}
 	added := false
 	for _, e := range list {
-		if a.seen[e] {
+		if m, ok := a.lastMarker[e.ProducerID]; a.seen[e] || ok && e.FirstOffset <= m {
 			continue
 		}
 		a.seen[e] = true
@@ -62,8 +68,13 @@ func (a *abortTracker) aborted(h recordbatch.Header) bool {
 	return h.IsTransactional() && a.open[h.ProducerID]
 }
 
-// marker closes the producer's aborted transaction at its ABORT marker.
-func (a *abortTracker) marker(pid int64, commit bool) {
+// marker records a producer's marker at offset, which closes its aborted
+// transaction when it is an ABORT.
+func (a *abortTracker) marker(pid, offset int64, commit bool) {
+	if a.lastMarker == nil {
+		a.reset()
+	}
+	a.lastMarker[pid] = offset
 	if commit {
 		return
 	}

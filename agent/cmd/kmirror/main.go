@@ -26,6 +26,24 @@ func register(name, summary string, run func(ctx context.Context, args []string)
 	commands[name] = command{summary: summary, run: run}
 }
 
+// exitStatus is an error that sets the exit status: main prints Err, if
+// any, like any other error, and exits with Code. A nil Err exits quietly,
+// for a command that has already said why (verify's report, a flag error
+// the flag package printed).
+type exitStatus struct {
+	Code int
+	Err  error
+}
+
+func (e *exitStatus) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit status %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *exitStatus) Unwrap() error { return e.Err }
+
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: kmirror COMMAND [flags]\n\ncommands:")
 	names := make([]string, 0, len(commands))
@@ -55,6 +73,13 @@ func main() {
 	if err := cmd.run(ctx, os.Args[2:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(2)
+		}
+		var st *exitStatus
+		if errors.As(err, &st) {
+			if st.Err != nil {
+				fmt.Fprintf(os.Stderr, "kmirror %s: %v\n", os.Args[1], st.Err)
+			}
+			os.Exit(st.Code)
 		}
 		fmt.Fprintf(os.Stderr, "kmirror %s: %v\n", os.Args[1], err)
 		os.Exit(1)

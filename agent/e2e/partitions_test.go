@@ -1,0 +1,62 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/kmirror/kmirror/internal/workload"
+)
+
+// TestPartitionGrowth grows a source topic from 3 to 6 partitions while a
+// producer writes to it and the agent mirrors it: the destination topic must
+// grow to 6 partitions and all 6 must be mirrored identically.
+func TestPartitionGrowth(t *testing.T) {
+	const topic = "growing"
+	p := newPair(t, pairOpts{srcBrokers: 3, topic: topic, partitions: 3})
+	spec := workload.Spec{Topic: topic, Partitions: 3, Seed: 8, Codecs: workload.AllCodecs, Headers: true, NullKeyEvery: 10}
+	before := workload.NewProducer(p.srcOpts(), spec, 3000)
+	stopBefore := runProducer(t, before)
+	a := p.startAgent(t, agentOpts{apply: new(p.spec(topic)), refreshInterval: 500 * time.Millisecond})
+	e := faultEnv{t: t, p: p, a: a, topic: topic}
+	e.progress()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	resp, err := p.srcAdm.CreatePartitions(ctx, 3, topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatalf("growing %s to 6 partitions: %v", topic, err)
+	}
+	// The 3-partition producer goes on while a 6-partition one writes to
+	// every partition.
+	spec.Partitions, spec.Seed, spec.Records = 6, 9, 12_000
+	after, err := workload.Produce(ctx, p.srcOpts(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Mirroring goes on: the new partitions are copied, and the old ones
+	// go past what the 3-partition producer has written so far.
+	want := ends(t, p.srcAdm, topic)
+	for part := range int32(3) {
+		want[part]++
+	}
+	p.waitProgress(t, a, topic, want, 30*time.Second)
+	st := stopBefore()
+
+	p.waitMirrored(t, a, topic, time.Minute)
+	if got := len(ends(t, p.dstAdm, topic)); got != 6 {
+		t.Fatalf("destination has %d partitions, want 6", got)
+	}
+	reps := p.assertIdentical(t, topic, identityOpts{wantRecords: st.Records + after.Records})
+	for part := range int32(6) {
+		if reps[part].Compared < 2000 {
+			t.Errorf("p%d: %d records compared, want at least the 2000 the 6-partition producer wrote", part, reps[part].Compared)
+		}
+	}
+	if n := len(a.partitions(topic)); n != 6 {
+		t.Errorf("Describe shows %d partitions, want 6", n)
+	}
+}
