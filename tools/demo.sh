@@ -87,7 +87,7 @@ mirror "dr" {
 HCL
 start agent "$BIN" agent --config "$WORK/agent.hcl"
 export KMIRROR_ADDR="http://127.0.0.1:$API_PORT"
-for ((i = 0; i < 100; i++)); do curl -sf "$KMIRROR_ADDR/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
+for ((i = 0; i < 100; i++)); do "$BIN" describe >/dev/null 2>&1 && break; sleep 0.2; done
 
 step "live lag for ${SECONDS_TO_WATCH}s (kmirror describe --watch 5s)"
 "$BIN" describe --watch 5s --count $(( (SECONDS_TO_WATCH + 4) / 5 ))
