@@ -1,0 +1,36 @@
+// Package bench holds the agent's performance benchmarks, run by `make bench`
+// (each benchmark once: -benchtime 1x). Every figure is printed as a
+// labelled line on stdout and reported with b.ReportMetric.
+//
+//   - BenchmarkThroughput: the agent (an in-process coordinator) against a
+//     bare copy loop (copyloop_test.go) and a MirrorMaker-style
+//     consume/re-encode/produce pipeline (reencode_test.go), each copying the
+//     same source topic (2000 MB of 1 KiB values, 6 partitions, zstd) to a
+//     fresh destination topic of the same two clusters; the first tenth of
+//     every copy is excluded from its timing.
+//   - BenchmarkAlloc: bytes the agent allocates per byte mirrored, and its
+//     CPU per GB, with both clusters in processes of their own.
+//   - BenchmarkLatency: produce-to-visible latency at a steady 10 MB/s.
+//   - BenchmarkBacklogRSS: `kmirror agent` as a process of its own catching
+//     up a 1 GiB backlog, its RSS sampled from /proc.
+//   - BenchmarkPad: how fast a new mirror topic whose source log starts at
+//     50,000,000 is aligned (padded, then cut with DeleteRecords).
+//   - BenchmarkIdlePartition: the throughput comparison with one source
+//     partition idle, the case that starved the busy ones before the
+//     fetcher capped its long poll.
+//   - BenchmarkSlowDestination: the comparison against a destination that
+//     takes 5 ms to answer every Produce, as acks=all does on a real cluster.
+//
+// The clusters are kfake (internal/devcluster) in lenient mode: the
+// strict-validation layer costs about half of kfake's produce throughput and
+// would measure the test harness, not the agent. They run on the same
+// machine as the agent (2 cores where the figures were taken), and kfake
+// handles all requests of a cluster on one goroutine, so throughput figures
+// are bounded by kfake and are comparable only side by side, within one run.
+//
+// `make bench` sets GODEBUG=madvdontneed=0 (see memoryMode). Setting
+// KMIRROR_BENCH_PROFILE to a directory writes a CPU profile of every
+// measured copy there (an execution trace instead when KMIRROR_BENCH_TRACE
+// is also set); KMIRROR_BENCH_MB and KMIRROR_BENCH_PAD change the
+// throughput payload (MB) and the padding target (offsets per partition).
+package bench

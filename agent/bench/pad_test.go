@@ -1,0 +1,146 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kmirror/kmirror/internal/recordbatch"
+)
+
+// padOffsets is where the source log of the padding benchmark starts, in
+// every partition; KMIRROR_BENCH_PAD overrides it. It takes a few seconds:
+// padding records are about 8.6 bytes each (uncompressed batches of 20000
+// empty records) and the destination holds them in memory until the final
+// DeleteRecords, so a 10-20 s run would need 10-20 GB of RAM.
+const padOffsets = 50_000_000
+
+// BenchmarkPad measures how fast the agent aligns a new mirror topic whose
+// source log starts far above 0: each source partition gets N tiny records,
+// DeleteRecords(N) then moves its log start to N (kfake cannot move it past
+// the high watermark), and the clock runs from the moment the mirror is
+// applied until every destination partition starts at N, padded and cut by
+// the agent.
+func BenchmarkPad(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	e := clusters(b)
+	n := int64(padOffsets)
+	if v, err := strconv.ParseInt(os.Getenv("KMIRROR_BENCH_PAD"), 10, 64); err == nil && v > 0 {
+		n = v
+	}
+	const topic = "pad"
+	if err := createTopic(ctx, e.srcAdm, topic, partitions, nil); err != nil {
+		b.Fatal(err)
+	}
+	if err := deleteTopic(ctx, e.dstAdm, topic); err != nil {
+		b.Fatal(err)
+	}
+	if err := fillEmpty(ctx, e, topic, n); err != nil {
+		b.Fatal(err)
+	}
+	del := kadm.Offsets{}
+	for p := int32(0); p < partitions; p++ {
+		del.Add(kadm.Offset{Topic: topic, Partition: p, At: n})
+	}
+	dr, err := e.srcAdm.DeleteRecords(ctx, del)
+	if err == nil {
+		err = dr.Error()
+	}
+	if err != nil {
+		b.Fatalf("moving the source log start: %v", err)
+	}
+
+	start := time.Now()
+	_, stop, err := startAgent(ctx, e, "__kmirror_state_pad", topic)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stop()
+	err = waitFor(ctx, 20*time.Millisecond, func() (bool, error) {
+		so, err := e.dstAdm.ListStartOffsets(ctx, topic)
+		if err != nil {
+			return false, nil // the agent has not created the topic yet
+		}
+		done := 0
+		so.Each(func(o kadm.ListedOffset) {
+			if o.Err == nil && o.Offset == n {
+				done++
+			}
+		})
+		return done == partitions, nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	elapsed := time.Since(start)
+	rate := float64(n*partitions) / elapsed.Seconds()
+	figure("pad rate: %.2f M offsets/s (%d partitions aligned to log start %d in %.1fs, %.2f M offsets/s per partition; from applying the mirror to every destination log start at %d)",
+		rate/1e6, partitions, n, elapsed.Seconds(), rate/partitions/1e6, n)
+	b.ReportMetric(rate, "pad-offsets/s")
+	_ = deleteTopic(ctx, e.srcAdm, topic)
+	_ = deleteTopic(ctx, e.dstAdm, topic)
+}
+
+// fillEmpty appends n empty records to every partition of topic, in large
+// zstd batches produced raw (fast: nothing to compress but the framing).
+func fillEmpty(ctx context.Context, e *env, topic string, n int64) error {
+	const per = 50_000
+	md, err := e.srcAdm.Metadata(ctx, topic)
+	if err != nil {
+		return err
+	}
+	t := md.Topics[topic]
+	now := time.Now().UnixMilli()
+	batch := func(k int) ([]byte, error) {
+		recs := make([]recordbatch.Record, k)
+		for i := range recs {
+			recs[i] = recordbatch.Record{Offset: int64(i), Timestamp: now}
+		}
+		return recordbatch.Build(recordbatch.CodecZstd, 0, 0, now, -1, -1, -1, recs)
+	}
+	full, err := batch(per)
+	if err != nil {
+		return err
+	}
+	for done := int64(0); done < n; {
+		k := min(int64(per), n-done)
+		b := full
+		if k < per {
+			if b, err = batch(int(k)); err != nil {
+				return err
+			}
+		}
+		// One request for every partition (all on the one broker).
+		req := kmsg.NewPtrProduceRequest()
+		req.Acks = -1
+		req.TimeoutMillis = 30000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic, rt.TopicID = topic, t.ID
+		for p := int32(0); p < partitions; p++ {
+			rp := kmsg.NewProduceRequestTopicPartition()
+			rp.Partition = p
+			rp.Records = b
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+		kresp, err := e.srcCl.Broker(int(t.Partitions[0].Leader)).Request(ctx, req)
+		if err != nil {
+			return err
+		}
+		for _, rp := range kresp.(*kmsg.ProduceResponse).Topics[0].Partitions {
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				return fmt.Errorf("filling %s/%d: %w", topic, rp.Partition, err)
+			}
+		}
+		done += k
+	}
+	return nil
+}

@@ -1,0 +1,270 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Some figures need the agent or the clusters in a process of their own:
+// the agent's memory (its RSS must not include the clusters), and its
+// allocations (runtime.MemStats of this process must not include kfake's).
+
+var kmirrorBuild struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// kmirrorBin returns $KMIRROR_BIN when it is an executable file (`make
+// bench` builds it first), else a kmirror built from this module once.
+func kmirrorBin(b testing.TB) string {
+	b.Helper()
+	if bin := os.Getenv("KMIRROR_BIN"); bin != "" {
+		if st, err := os.Stat(bin); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
+			return bin
+		}
+	}
+	kmirrorBuild.once.Do(func() {
+		out, err := exec.Command("go", "env", "GOMOD").Output()
+		if err != nil {
+			kmirrorBuild.err = err
+			return
+		}
+		if kmirrorBuild.dir, err = os.MkdirTemp("", "kmirror-bench-bin-"); err != nil {
+			kmirrorBuild.err = err
+			return
+		}
+		kmirrorBuild.path = filepath.Join(kmirrorBuild.dir, "kmirror")
+		cmd := exec.Command("go", "build", "-o", kmirrorBuild.path, "./agent/cmd/kmirror")
+		cmd.Dir = filepath.Dir(strings.TrimSpace(string(out)))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			kmirrorBuild.err = fmt.Errorf("go build ./agent/cmd/kmirror: %w\n%s", err, out)
+		}
+	})
+	if kmirrorBuild.err != nil {
+		b.Fatalf("building kmirror: %v", kmirrorBuild.err)
+	}
+	return kmirrorBuild.path
+}
+
+// childEnv is this process's environment without the benchmark's GODEBUG
+// memory setting, so that child processes run as they would in production.
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
+			var keep []string
+			for _, s := range strings.Split(v, ",") {
+				if s != memoryMode && s != "" {
+					keep = append(keep, s)
+				}
+			}
+			if len(keep) == 0 {
+				continue
+			}
+			kv = "GODEBUG=" + strings.Join(keep, ",")
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// proc is a child process, stopped with SIGTERM (SIGKILL after 10s).
+type proc struct {
+	cmd    *exec.Cmd
+	done   chan struct{}
+	stderr *lockedBuffer
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+func (p *proc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// lockedBuffer collects the first MiB of a child's stderr for error
+// messages.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.buf.Len() < 1<<20 {
+		l.buf.Write(p)
+	}
+	return len(p), nil
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// devClusterProc runs `kmirror dev-cluster` (lenient, one broker, free
+// port) in its own process and returns its bootstrap address.
+func devClusterProc(b *testing.B, name string) (*proc, string) {
+	b.Helper()
+	cmd := exec.Command(kmirrorBin(b), "dev-cluster", "--name", name, "--port", "0", "--lenient", "--log-level", "error")
+	cmd.Env = childEnv()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{}), stderr: stderr}
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			default:
+			}
+		}
+	}()
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	select {
+	case l := <-lines:
+		bs, ok := strings.CutPrefix(l, "bootstrap: ")
+		if !ok {
+			p.stop()
+			b.Fatalf("dev-cluster %s printed %q, not its bootstrap line", name, l)
+		}
+		return p, bs
+	case <-p.done:
+		b.Fatalf("dev-cluster %s exited: %s", name, stderr.String())
+	case <-time.After(30 * time.Second):
+		p.stop()
+		b.Fatalf("dev-cluster %s did not start in 30s", name)
+	}
+	return nil, ""
+}
+
+// agentProc runs `kmirror agent` with an HCL config mirroring topics from
+// src to dst, its API on a free port; it returns the API's base URL.
+func agentProc(b *testing.B, dst, src []string, topics ...string) (*proc, string) {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg := fmt.Sprintf(`destination {
+  bootstrap_servers = %s
+}
+listen    = %q
+log_level = "error"
+mirror "backlog" {
+  source {
+    bootstrap_servers = %s
+  }
+  topics = %s
+}
+`, hclList(dst), addr, hclList(src), hclList(topics))
+	path := filepath.Join(b.TempDir(), "agent.hcl")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(kmirrorBin(b), "agent", "--config", path)
+	cmd.Env = childEnv()
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{}), stderr: stderr}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	return p, "http://" + addr
+}
+
+func hclList(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// memStatus reads VmRSS and VmHWM (peak RSS) of a process, in bytes.
+func memStatus(pid int) (rss, hwm int64, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || (k != "VmRSS" && k != "VmHWM") {
+			continue
+		}
+		f := strings.Fields(v) // "123456 kB"
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, 0, fmt.Errorf("/proc/%d/status: unexpected %q", pid, line)
+		}
+		n, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, 0, err
+		}
+		if k == "VmRSS" {
+			rss = n << 10
+		} else {
+			hwm = n << 10
+		}
+	}
+	if rss == 0 || hwm == 0 {
+		return 0, 0, errors.New("no VmRSS/VmHWM in /proc status")
+	}
+	return rss, hwm, nil
+}
+
+// cpuOf returns a process's user+system CPU time from /proc/PID/stat.
+func cpuOf(pid int) (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name (which may hold spaces) in parentheses.
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, errors.New("malformed /proc stat")
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, errors.New("short /proc stat")
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("malformed /proc stat times")
+	}
+	const hz = 100 // USER_HZ on Linux
+	return time.Duration(ut+st) * time.Second / hz, nil
+}
