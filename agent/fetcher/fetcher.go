@@ -74,8 +74,10 @@ type Options struct {
 	PartitionQueue int
 	// MaxWait is the long-poll time of a fetch (default 250ms).
 	MaxWait time.Duration
-	// RequestTimeout is how long a fetch may take beyond MaxWait before it
-	// is abandoned and the session restarted (default 10s).
+	// RequestTimeout is how long a fetch may wait beyond MaxWait to be
+	// written before it is abandoned and the session restarted (default
+	// 10s); a written fetch is bounded by the client's
+	// RequestTimeoutOverhead.
 	RequestTimeout time.Duration
 	// Budget bounds fetched-but-unwritten bytes (default 256 MiB, private).
 	Budget *Budget
@@ -323,10 +325,14 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 			}
 			continue
 		}
-		// A fetch is answered within MaxWait; a response that never
-		// comes (a lost connection the client has not noticed, a
-		// broker bug) must not stall the partitions led here.
-		kresp, err := requestWithin(ctx, f.cl.Broker(int(broker)), req, f.opts.MaxWait+f.opts.RequestTimeout)
+		// A fetch is answered within MaxWait. The deadline covers the
+		// time before the client writes the request (a connection
+		// being opened, earlier requests); once written, the client
+		// itself gives up reading the response after MaxWait plus its
+		// RequestTimeoutOverhead.
+		rctx, rcancel := context.WithTimeout(ctx, f.opts.MaxWait+f.opts.RequestTimeout)
+		kresp, err := f.cl.Broker(int(broker)).Request(rctx, req)
+		rcancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -355,38 +361,6 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 			sess.id = resp.SessionID
 		}
 		f.handleResponse(ctx, broker, &sess, resp, gens)
-	}
-}
-
-// errFetchTimeout is returned for a fetch not answered in time.
-var errFetchTimeout = errors.New("fetch not answered in time")
-
-// requestWithin issues req and gives up waiting after d. The client may go on
-// waiting for the response on its own (it does not return on a cancelled
-// context once the request is written, and has been seen here to wait
-// forever for a response that never came), so the wait happens in a
-// goroutine that is abandoned on timeout.
-func requestWithin(ctx context.Context, b *kgo.Broker, req kmsg.Request, d time.Duration) (kmsg.Response, error) {
-	type result struct {
-		resp kmsg.Response
-		err  error
-	}
-	rctx, cancel := context.WithTimeout(ctx, d)
-	done := make(chan result, 1)
-	go func() {
-		defer cancel()
-		resp, err := b.Request(rctx, req)
-		done <- result{resp, err}
-	}()
-	t := time.NewTimer(d + time.Second)
-	defer t.Stop()
-	select {
-	case r := <-done:
-		return r.resp, r.err
-	case <-t.C:
-		return nil, errFetchTimeout
-	case <-ctx.Done():
-		return nil, ctx.Err()
 	}
 }
 
@@ -482,14 +456,17 @@ func (f *Fetcher) buildRequest(ctx context.Context, broker int32, sess *session)
 	req.SessionID = sess.id
 	req.SessionEpoch = sess.epoch
 	gens := make(map[TP]uint64, len(ready))
-	byTopic := map[string]*kmsg.FetchRequestTopic{}
+	// Index into req.Topics, not a pointer: append moves the slice when it
+	// grows, and a partition added through a pointer to the old array would
+	// be left out of the request while sess.sent says the broker has it.
+	byTopic := map[string]int{}
 	for tp, p := range ready {
 		gens[tp] = p.gen
 		want := sentPart{offset: p.offset, maxBytes: p.maxBytes, epoch: p.epoch}
 		if s, ok := sess.sent[tp]; ok && s == want && sess.id != 0 {
 			continue // the session already fetches it from there
 		}
-		rt, ok := byTopic[tp.Topic]
+		ti, ok := byTopic[tp.Topic]
 		if !ok {
 			t := kmsg.NewFetchRequestTopic()
 			t.Topic = tp.Topic
@@ -498,9 +475,10 @@ func (f *Fetcher) buildRequest(ctx context.Context, broker int32, sess *session)
 				topicIDs[tp.Topic] = md.ID
 			}
 			req.Topics = append(req.Topics, t)
-			rt = &req.Topics[len(req.Topics)-1]
-			byTopic[tp.Topic] = rt
+			ti = len(req.Topics) - 1
+			byTopic[tp.Topic] = ti
 		}
+		rt := &req.Topics[ti]
 		rp := kmsg.NewFetchRequestTopicPartition()
 		rp.Partition = tp.Partition
 		rp.FetchOffset = p.offset
@@ -597,11 +575,14 @@ func (f *Fetcher) handleResponse(ctx context.Context, broker int32, sess *sessio
 			whole, next := wholeBatches(rp.RecordBatches)
 			if stale(whole, p.offset) {
 				// A broker answers from the offset its session holds; data
-				// that ends before the offset asked for means the session
-				// and the fetcher disagree (kfake does this after long
-				// polls). Drop it, aborted list included, and start a new
-				// session.
-				f.opts.Logger.Debug("fetch returned data below the fetch offset; resetting the fetch session", "partition", tp.String(), "offset", p.offset)
+				// that ends before the offset we want means the session
+				// and the fetcher disagree about it, which a correct
+				// fetcher and broker never do (it was once a symptom of
+				// partitions left out of requests that sess.sent counted
+				// as sent). Drop the data, aborted list included, rather
+				// than hand the owner records behind its position, and
+				// start a new session so that both agree again.
+				f.opts.Logger.Warn("fetch returned data below the fetch offset; resetting the fetch session", "partition", tp.String(), "offset", p.offset)
 				staleSession = true
 				continue
 			}

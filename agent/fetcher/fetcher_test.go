@@ -1,0 +1,283 @@
+package fetcher
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kmirror/kmirror/agent/leaders"
+	"github.com/kmirror/kmirror/internal/recordbatch"
+)
+
+// testCluster starts a one-broker kfake cluster with topics of parts
+// partitions each, and returns a client of it.
+func testCluster(t *testing.T, parts int32, topics ...string) (*kfake.Cluster, *kgo.Client) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, topics...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return c, cl
+}
+
+// requested returns the offset each partition of req is fetched from.
+func requested(t *testing.T, req *kmsg.FetchRequest) map[TP]int64 {
+	t.Helper()
+	out := map[TP]int64{}
+	for _, rt := range req.Topics {
+		for _, rp := range rt.Partitions {
+			tp := TP{rt.Topic, rp.Partition}
+			if _, dup := out[tp]; dup {
+				t.Fatalf("%s is in the request twice", tp)
+			}
+			out[tp] = rp.FetchOffset
+		}
+	}
+	return out
+}
+
+// TestBuildRequestSendsWhatItRecords checks the invariant the fetch session
+// rests on: every partition buildRequest records in sess.sent (what the
+// broker's session is taken to hold) is in the request it returns, at that
+// offset. A partition recorded but not sent is never sent again: an
+// incremental fetch leaves it out as unchanged, so the broker serves it from
+// an older offset (stale data) or, if the lost request created the session,
+// never serves it at all (a stall). Requests for several topics used to lose
+// partitions this way, depending on map order, so each case runs many times.
+func TestBuildRequestSendsWhatItRecords(t *testing.T) {
+	topics := []string{"a", "b", "c"}
+	_, cl := testCluster(t, 4, topics...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	meta := leaders.New(cl)
+	f := New(cl, meta, Options{})
+	var broker int32 = -1
+	for _, topic := range topics {
+		for p := range int32(4) {
+			tp := TP{topic, p}
+			f.Assign(tp, 0)
+			l, err := meta.Leader(ctx, topic, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.parts[tp].leader, f.parts[tp].epoch = l.Leader, l.Epoch
+			broker = l.Leader
+		}
+	}
+
+	check := func(round int, what string, sess *session, want map[TP]int64) {
+		t.Helper()
+		req, _, _ := f.buildRequest(ctx, broker, sess)
+		if req == nil {
+			t.Fatalf("round %d, %s: no request", round, what)
+		}
+		got := requested(t, req)
+		for tp, off := range want {
+			if o, ok := got[tp]; !ok || o != off {
+				t.Fatalf("round %d, %s: %s is recorded as sent at %d but the request has %v (at %d)", round, what, tp, off, ok, o)
+			}
+		}
+		for tp, s := range sess.sent {
+			if o, ok := got[tp]; ok && o != s.offset {
+				t.Fatalf("round %d, %s: %s sent at %d, recorded at %d", round, what, tp, o, s.offset)
+			}
+		}
+	}
+
+	for round := range 100 {
+		// A new session: a full fetch of every partition.
+		var sess session
+		sess.reset()
+		all := map[TP]int64{}
+		for tp, p := range f.parts {
+			all[tp] = p.offset
+		}
+		check(round, "full fetch", &sess, all)
+		if len(sess.sent) != len(all) {
+			t.Fatalf("round %d: %d partitions recorded as sent, want %d", round, len(sess.sent), len(all))
+		}
+
+		// The session exists; every partition moved: an incremental
+		// fetch must carry every new offset.
+		sess.id = 1
+		moved := map[TP]int64{}
+		for tp, p := range f.parts {
+			p.offset += int64(1 + round%3)
+			moved[tp] = p.offset
+		}
+		check(round, "incremental fetch", &sess, moved)
+
+		// Nothing moved: nothing to send.
+		req, _, _ := f.buildRequest(ctx, broker, &sess)
+		if n := len(requested(t, req)); n != 0 {
+			t.Fatalf("round %d: an unchanged session re-sends %d partitions", round, n)
+		}
+	}
+}
+
+// TestSessionFetchReachesEveryEnd runs the fetcher against kfake the way the
+// agent does (read_committed, incremental sessions, one broker leading
+// partitions of two topics) while a transaction spanning every partition
+// holds each one's last stable offset below its high watermark, then ends
+// the transaction and requires every partition to be fetched to its end.
+// With partitions lost from fetch requests (see above), some partition
+// stopped being fetched, for good, in most rounds.
+func TestSessionFetchReachesEveryEnd(t *testing.T) {
+	topics := []string{"ledger", "events"}
+	const parts = 4
+	c, cl := testCluster(t, parts, topics...)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	plain, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	txn, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.TransactionalID("held-open"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txn.Close()
+	produce := func(cl *kgo.Client, n int, what string) {
+		t.Helper()
+		var rs []*kgo.Record
+		for _, topic := range topics {
+			for p := range int32(parts) {
+				for i := range n {
+					rs = append(rs, &kgo.Record{Topic: topic, Partition: p, Value: fmt.Appendf(nil, "%s %d", what, i)})
+				}
+			}
+		}
+		if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ends := func() map[TP]int64 {
+		t.Helper()
+		out := map[TP]int64{}
+		for _, topic := range topics {
+			for p := range int32(parts) {
+				b, err := leaders.New(cl).Bounds(ctx, topic, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out[TP{topic, p}] = b.HighWatermark
+			}
+		}
+		return out
+	}
+
+	for round := range 5 {
+		// Stable data, then a transaction over every partition, held
+		// open, with more plain data behind it.
+		produce(plain, 1+round, fmt.Sprintf("round %d before", round))
+		stable := ends()
+		if err := txn.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		produce(txn, 2, fmt.Sprintf("round %d txn", round))
+		produce(plain, 3, fmt.Sprintf("round %d behind", round))
+
+		// A new fetcher, so a new session, reading everything from 0.
+		f := New(cl, leaders.New(cl), Options{MaxWait: 100 * time.Millisecond})
+		fctx, fcancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		pos := map[TP]int64{}
+		moved := make(chan struct{}, 1)
+		for _, topic := range topics {
+			for p := range int32(parts) {
+				tp := TP{topic, p}
+				ch, _ := f.Assign(tp, 0)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						select {
+						case <-fctx.Done():
+							return
+						case ck := <-ch:
+							if ck.Err != nil {
+								t.Errorf("%s: %v", tp, ck.Err)
+							}
+							next := int64(-1)
+							for rest := ck.Records; len(rest) > 0; {
+								b, r, err := recordbatch.Next(rest)
+								if err != nil || b == nil {
+									break
+								}
+								h, err := recordbatch.ParseHeader(b)
+								if err != nil {
+									t.Errorf("%s: %v", tp, err)
+									break
+								}
+								next, rest = h.LastOffset()+1, r
+							}
+							f.Done(ck)
+							mu.Lock()
+							if next > pos[tp] {
+								pos[tp] = next
+							}
+							mu.Unlock()
+							select {
+							case moved <- struct{}{}:
+							default:
+							}
+						}
+					}
+				}()
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = f.Run(fctx)
+		}()
+		reach := func(want map[TP]int64, what string) {
+			t.Helper()
+			deadline := time.After(10 * time.Second)
+			for {
+				mu.Lock()
+				var behind []string
+				for tp, end := range want {
+					if pos[tp] != end {
+						behind = append(behind, fmt.Sprintf("%s at %d of %d", tp, pos[tp], end))
+					}
+				}
+				mu.Unlock()
+				if len(behind) == 0 {
+					return
+				}
+				select {
+				case <-moved:
+				case <-time.After(50 * time.Millisecond):
+				case <-deadline:
+					t.Fatalf("round %d, %s: partitions stopped being fetched: %v", round, what, behind)
+				}
+			}
+		}
+		// read_committed stops at the open transaction...
+		reach(stable, "transaction open")
+		// ...and goes on to the end once it is committed.
+		if err := txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+		reach(ends(), "transaction committed")
+		fcancel()
+		wg.Wait()
+	}
+}
