@@ -1,42 +1,432 @@
-// Package api serves the agent's HTTP API under /v1. This is its first
-// slice: health and describe; the full admin API (create, stop, pause, ...)
-// is built on the same handler.
+// Package api serves the agent's HTTP API: health and readiness, and under
+// /v1 the mirrors (create, list, describe, update, delete), their topics and
+// their last mirrored offsets, with bearer-token authentication and errors
+// that carry a stable code (mirrorapi.Code*) and a message naming the field
+// at fault. The OpenAPI document of every route is openapi.json, served at
+// GET /v1/openapi.json.
 package api
 
 import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	_ "embed"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/kmirror/kmirror/agent/coordinator"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
-// Describer is what the API needs of the coordinator.
-type Describer interface {
+//go:embed openapi.json
+var openAPI []byte
+
+// maxBody bounds request bodies.
+const maxBody = 1 << 20
+
+// Backend is what the API needs of the coordinator.
+type Backend interface {
 	Describe() []coordinator.MirrorStatus
+	Mirrors() []coordinator.MirrorSpec
+	Create(ctx context.Context, spec coordinator.MirrorSpec) error
+	Update(ctx context.Context, spec coordinator.MirrorSpec) error
+	AddTopics(ctx context.Context, name string, topics []string) error
+	Delete(ctx context.Context, name string, force bool) error
+	// Running says whether the state topic is loaded and mirrors run.
+	Running() bool
 }
 
-// Handler returns the API's routes.
-func Handler(d Describer) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write([]byte("ok\n"))
+// Options configure a Server.
+type Options struct {
+	// Tokens are the bearer tokens callers may present; none means no
+	// authentication (the agent allows that on loopback addresses only).
+	Tokens []string
+	Logger hclog.Logger
+}
+
+// Server is the API's handler. It answers /healthz at once, and the other
+// routes with 503 COORDINATOR_LOAD_IN_PROGRESS until SetBackend is called
+// and the backend runs.
+type Server struct {
+	tokens  [][sha256.Size]byte
+	log     hclog.Logger
+	backend atomic.Pointer[Backend]
+	mux     *http.ServeMux
+}
+
+// route is one registered route; Routes lists them for the OpenAPI test.
+type route struct {
+	method, path string
+	public       bool // no token needed
+	handle       func(s *Server, b Backend, w http.ResponseWriter, r *http.Request)
+}
+
+var routes = []route{
+	{method: "GET", path: "/healthz", public: true},
+	{method: "GET", path: "/readyz", public: true},
+	{method: "GET", path: "/v1/openapi.json", handle: (*Server).openAPI},
+	{method: "GET", path: "/v1/mirrors", handle: (*Server).list},
+	{method: "POST", path: "/v1/mirrors", handle: (*Server).create},
+	{method: "GET", path: "/v1/mirrors/{name}", handle: (*Server).get},
+	{method: "PUT", path: "/v1/mirrors/{name}", handle: (*Server).update},
+	{method: "DELETE", path: "/v1/mirrors/{name}", handle: (*Server).delete},
+	{method: "POST", path: "/v1/mirrors/{name}/topics", handle: (*Server).addTopics},
+	{method: "GET", path: "/v1/mirrors/{name}/offsets", handle: (*Server).offsets},
+}
+
+// Routes returns every route as "METHOD PATH".
+func Routes() []string {
+	out := make([]string, 0, len(routes))
+	for _, r := range routes {
+		out = append(out, r.method+" "+r.path)
+	}
+	return out
+}
+
+// OpenAPI returns the OpenAPI 3 document of the API.
+func OpenAPI() []byte { return slices.Clone(openAPI) }
+
+// New returns a server without a backend yet.
+func New(o Options) *Server {
+	s := &Server{log: o.Logger, mux: http.NewServeMux()}
+	if s.log == nil {
+		s.log = hclog.NewNullLogger()
+	}
+	for _, t := range o.Tokens {
+		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
+	}
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
 	})
-	mux.HandleFunc("GET /v1/mirrors", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, mirrorapi.DescribeResponse{Mirrors: d.Describe()})
+	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if b := s.backend.Load(); b == nil || !(*b).Running() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, "not ready: loading the state topic\n")
+			return
+		}
+		_, _ = io.WriteString(w, "ready\n")
 	})
-	mux.HandleFunc("GET /v1/mirrors/{name}", func(w http.ResponseWriter, r *http.Request) {
-		name := r.PathValue("name")
-		for _, m := range d.Describe() {
-			if m.Name == name {
-				writeJSON(w, http.StatusOK, m)
+	for _, rt := range routes {
+		if rt.public {
+			continue
+		}
+		s.mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {
+			if !s.authorized(r) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="kmirror"`)
+				writeError(w, http.StatusUnauthorized, mirrorapi.CodeUnauthorized, "a valid bearer token is required: send the header Authorization: Bearer TOKEN")
 				return
 			}
+			b := s.backend.Load()
+			if b == nil || !(*b).Running() {
+				w.Header().Set("Retry-After", "1")
+				writeError(w, http.StatusServiceUnavailable, mirrorapi.CodeNotReady, "the agent is still loading its state topic; retry shortly")
+				return
+			}
+			rt.handle(s, *b, w, r)
+		})
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if !s.authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="kmirror"`)
+			writeError(w, http.StatusUnauthorized, mirrorapi.CodeUnauthorized, "a valid bearer token is required: send the header Authorization: Bearer TOKEN")
+			return
 		}
-		writeJSON(w, http.StatusNotFound, mirrorapi.Error{Code: "MIRROR_NOT_FOUND", Message: "no mirror named " + name})
+		writeError(w, http.StatusNotFound, mirrorapi.CodeNotFound, fmt.Sprintf("no route %s %s; see GET /v1/openapi.json", r.Method, r.URL.Path))
 	})
-	return mux
+	return s
+}
+
+// Handler returns a server already backed by b.
+func Handler(b Backend, o Options) *Server {
+	s := New(o)
+	s.SetBackend(b)
+	return s
+}
+
+// SetBackend makes the server answer from b.
+func (s *Server) SetBackend(b Backend) { s.backend.Store(&b) }
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// authorized compares the request's bearer token with every configured one
+// in constant time (hashes, so lengths do not leak either).
+func (s *Server) authorized(r *http.Request) bool {
+	if len(s.tokens) == 0 {
+		return true
+	}
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	match := 0
+	for _, want := range s.tokens {
+		match |= subtle.ConstantTimeCompare(got[:], want[:])
+	}
+	return match == 1
+}
+
+func (s *Server) openAPI(_ Backend, w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(openAPI)
+}
+
+func (s *Server) list(b Backend, w http.ResponseWriter, _ *http.Request) {
+	ms := b.Describe()
+	for i := range ms {
+		ms[i] = normalize(ms[i])
+	}
+	writeJSON(w, http.StatusOK, mirrorapi.DescribeResponse{Mirrors: ms})
+}
+
+// normalize turns nil lists into empty ones, as the OpenAPI document says.
+func normalize(m mirrorapi.Mirror) mirrorapi.Mirror {
+	if m.Topics == nil {
+		m.Topics = []mirrorapi.Topic{}
+	}
+	for i := range m.Topics {
+		if m.Topics[i].Partitions == nil {
+			m.Topics[i].Partitions = []mirrorapi.Partition{}
+		}
+	}
+	if m.Source.BootstrapServers == nil {
+		m.Source.BootstrapServers = []string{}
+	}
+	if m.StateCounts == nil {
+		m.StateCounts = map[mirrorapi.State]int{}
+	}
+	return m
+}
+
+func (s *Server) get(b Backend, w http.ResponseWriter, r *http.Request) {
+	if m, ok := s.mirror(b, w, r.PathValue("name")); ok {
+		writeJSON(w, http.StatusOK, m)
+	}
+}
+
+// mirror finds name in describe, or answers 404.
+func (s *Server) mirror(b Backend, w http.ResponseWriter, name string) (mirrorapi.Mirror, bool) {
+	for _, m := range b.Describe() {
+		if m.Name == name {
+			return normalize(m), true
+		}
+	}
+	writeError(w, http.StatusNotFound, mirrorapi.CodeMirrorNotFound, fmt.Sprintf("name: no mirror named %q", name))
+	return mirrorapi.Mirror{}, false
+}
+
+func (s *Server) create(b Backend, w http.ResponseWriter, r *http.Request) {
+	var in mirrorapi.MirrorSpec
+	if !decode(w, r, &in) {
+		return
+	}
+	spec := coordinator.MirrorSpec{Name: in.Name, Source: in.Source, Topics: in.Topics, TopicConfigExclude: in.TopicConfigExclude}
+	if err := b.Create(r.Context(), spec); err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.log.Info("mirror created", "mirror", spec.Name, "topics", spec.Topics)
+	if m, ok := s.mirror(b, w, spec.Name); ok {
+		writeJSON(w, http.StatusCreated, m)
+	}
+}
+
+func (s *Server) update(b Backend, w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	var in mirrorapi.MirrorSpec
+	if !decode(w, r, &in) {
+		return
+	}
+	if in.Name != "" && in.Name != name {
+		writeError(w, http.StatusBadRequest, mirrorapi.CodeInvalidRequest, fmt.Sprintf("name: %q differs from the mirror in the path, %q; a mirror cannot be renamed", in.Name, name))
+		return
+	}
+	var spec coordinator.MirrorSpec
+	found := false
+	for _, m := range b.Mirrors() {
+		if m.Name == name {
+			spec, found = m, true
+		}
+	}
+	if !found {
+		writeError(w, http.StatusNotFound, mirrorapi.CodeMirrorNotFound, fmt.Sprintf("name: no mirror named %q", name))
+		return
+	}
+	// A field left out keeps its value.
+	if in.Source.BootstrapServers != nil {
+		spec.Source = in.Source
+	}
+	if in.Topics != nil {
+		spec.Topics = in.Topics
+	}
+	if in.TopicConfigExclude != nil {
+		spec.TopicConfigExclude = in.TopicConfigExclude
+	}
+	if err := b.Update(r.Context(), spec); err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.log.Info("mirror updated", "mirror", name)
+	if m, ok := s.mirror(b, w, name); ok {
+		writeJSON(w, http.StatusOK, m)
+	}
+}
+
+func (s *Server) delete(b Backend, w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	force := false
+	if v := r.URL.Query().Get("force"); v != "" {
+		var err error
+		if force, err = strconv.ParseBool(v); err != nil {
+			writeError(w, http.StatusBadRequest, mirrorapi.CodeInvalidRequest, fmt.Sprintf("force: %q is not true or false", v))
+			return
+		}
+	}
+	if err := b.Delete(r.Context(), name, force); err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.log.Info("mirror deleted", "mirror", name, "force", force)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) addTopics(b Backend, w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	var in mirrorapi.AddTopicsRequest
+	if !decode(w, r, &in) {
+		return
+	}
+	if err := b.AddTopics(r.Context(), name, in.Topics); err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.log.Info("topics added", "mirror", name, "topics", in.Topics)
+	if m, ok := s.mirror(b, w, name); ok {
+		writeJSON(w, http.StatusOK, m)
+	}
+}
+
+func (s *Server) offsets(b Backend, w http.ResponseWriter, r *http.Request) {
+	m, ok := s.mirror(b, w, r.PathValue("name"))
+	if !ok {
+		return
+	}
+	only := r.URL.Query().Get("topic")
+	out := mirrorapi.OffsetsResponse{Mirror: m.Name, Topics: []mirrorapi.TopicOffsets{}}
+	for _, t := range m.Topics {
+		if only != "" && t.Name != only {
+			continue
+		}
+		to := mirrorapi.TopicOffsets{Name: t.Name, Partitions: []mirrorapi.PartitionOffsets{}}
+		for _, p := range t.Partitions {
+			to.Partitions = append(to.Partitions, mirrorapi.PartitionOffsets{
+				Partition: p.Partition, LastMirroredOffset: p.LastMirrored, SourceOffset: p.SourceOffset,
+				DestinationOffset: p.DestinationOffset, Lag: p.Lag, State: p.State,
+			})
+		}
+		out.Topics = append(out.Topics, to)
+	}
+	if only != "" && len(out.Topics) == 0 {
+		writeError(w, http.StatusNotFound, mirrorapi.CodeUnknownTopic, fmt.Sprintf("topic: mirror %q has no topic %q", m.Name, only))
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// fail answers with the status and code of a coordinator error.
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	var invalid *coordinator.InvalidSpecError
+	switch {
+	case errors.As(err, &invalid):
+		writeError(w, http.StatusBadRequest, mirrorapi.CodeInvalidConfig, err.Error())
+	case errors.Is(err, coordinator.ErrMirrorNotFound):
+		writeError(w, http.StatusNotFound, mirrorapi.CodeMirrorNotFound, "name: "+err.Error())
+	case errors.Is(err, coordinator.ErrMirrorExists):
+		writeError(w, http.StatusConflict, mirrorapi.CodeMirrorAlreadyExists, err.Error())
+	case errors.Is(err, coordinator.ErrMirrorHasTopics):
+		writeError(w, http.StatusConflict, mirrorapi.CodeMirrorHasTopics, "force: "+err.Error())
+	case errors.Is(err, coordinator.ErrTopicMirrored):
+		writeError(w, http.StatusConflict, mirrorapi.CodeTopicAlreadyMirrored, err.Error())
+	default:
+		s.log.Error("API request failed", "error", err)
+		writeError(w, http.StatusInternalServerError, mirrorapi.CodeInternal, err.Error())
+	}
+}
+
+// decode reads r's JSON body into v, refusing unknown fields, wrong types,
+// trailing data and an empty body with a message naming the field.
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("body: more than one JSON value; send one object")
+	}
+	if err == nil {
+		if _, terr := dec.Token(); terr != io.EOF {
+			err = errors.New("body: data after the JSON object")
+		}
+	}
+	if err == nil {
+		return true
+	}
+	status := http.StatusBadRequest
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	var big *http.MaxBytesError
+	msg := err.Error()
+	switch {
+	case errors.Is(err, io.EOF):
+		msg = "body: empty; send a JSON object"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		msg = "body: the JSON ends too early"
+	case errors.As(err, &syn):
+		msg = fmt.Sprintf("body: invalid JSON at byte %d: %v", syn.Offset, syn)
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			field = "body"
+		}
+		msg = fmt.Sprintf("%s: JSON %s where %s is expected", field, typ.Value, jsonType(typ.Type.Kind().String()))
+	case errors.As(err, &big):
+		status = http.StatusRequestEntityTooLarge
+		msg = fmt.Sprintf("body: larger than %d bytes", big.Limit)
+	case strings.HasPrefix(msg, "json: unknown field "):
+		msg = strings.TrimPrefix(msg, "json: unknown field ") + ": unknown field; see GET /v1/openapi.json"
+	}
+	writeError(w, status, mirrorapi.CodeInvalidRequest, msg)
+	return false
+}
+
+func jsonType(kind string) string {
+	switch kind {
+	case "slice", "array":
+		return "an array"
+	case "struct", "map":
+		return "an object"
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	default:
+		return "a number"
+	}
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, mirrorapi.Error{Code: code, Message: msg})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

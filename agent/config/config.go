@@ -24,6 +24,9 @@ type File struct {
 	StateTopic string `hcl:"state_topic,optional"`
 	// Listen is the address of the agent's HTTP API.
 	Listen string `hcl:"listen,optional"`
+	// TokenFile holds the API's bearer tokens, one a line. Without it the
+	// API listens on loopback addresses only.
+	TokenFile string `hcl:"token_file,optional"`
 	// BufferBytes bounds fetched-but-unwritten bytes (default 256 MiB).
 	BufferBytes int64 `hcl:"buffer_bytes,optional"`
 	// MetadataRefreshInterval is how often source topics are checked for

@@ -6,6 +6,7 @@ package coordinator
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -95,7 +96,10 @@ type Config struct {
 	// Fillers is how invisible destination offsets are written (default
 	// partition.FillCoordinator).
 	Fillers partition.FillerMethod
-	Logger  hclog.Logger
+	// HangingTxnAfter is how long a source transaction may stall a caught-up
+	// partition before describe reports it (default 30s).
+	HangingTxnAfter time.Duration
+	Logger          hclog.Logger
 }
 
 // Coordinator runs the mirrors of one agent.
@@ -131,7 +135,34 @@ type partitionRecord struct {
 
 // topicRecord is what the agent remembers of a mirror topic.
 type topicRecord struct {
-	SourceTopicID kadm.TopicID `json:"source_topic_id"`
+	SourceTopicID topicID `json:"source_topic_id"`
+	// DestinationTopicID is the mirror topic's id on the destination (zero
+	// in records written before it was kept, or when the broker reports
+	// none): a new id means the topic was deleted and recreated there.
+	DestinationTopicID topicID `json:"destination_topic_id"`
+}
+
+// topicID is a topic id as the state topic keeps it, in kadm's JSON form
+// (base64), which kadm.TopicID writes but cannot read back.
+type topicID kadm.TopicID
+
+func (t topicID) String() string               { return kadm.TopicID(t).String() }
+func (t topicID) MarshalJSON() ([]byte, error) { return kadm.TopicID(t).MarshalJSON() }
+
+func (t *topicID) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	raw, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return fmt.Errorf("topic id %q: %w", s, err)
+	}
+	if len(raw) != len(t) {
+		return fmt.Errorf("topic id %q: %d bytes, want %d", s, len(raw), len(t))
+	}
+	copy(t[:], raw)
+	return nil
 }
 
 func mirrorKey(name string) string { return "mirror/" + name }
@@ -291,7 +322,9 @@ func (c *Coordinator) Run(ctx context.Context) error {
 func (c *Coordinator) startLocked(rec mirrorRecord) {
 	m := newMirror(c, rec)
 	c.mirrors[rec.Spec.Name] = m
-	go m.run(c.runCtx)
+	ctx, cancel := context.WithCancel(c.runCtx)
+	m.cancel = cancel // Delete (admin.go) stops one mirror
+	go m.run(ctx)
 }
 
 // Describe returns the status of every mirror, sorted by name.

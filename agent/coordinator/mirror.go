@@ -47,6 +47,7 @@ type mirror struct {
 	refresh   chan struct{}
 	wg        sync.WaitGroup
 	done      chan struct{}
+	cancel    context.CancelFunc // ends run; set by startLocked
 }
 
 func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
@@ -104,16 +105,19 @@ func (m *mirror) run(ctx context.Context) {
 }
 
 func (m *mirror) runConnected(ctx context.Context) error {
-	src, err := kgo.NewClient(m.c.cfg.SourceOpts(m.spec.Source)...)
+	m.mu.Lock()
+	spec := m.spec // Apply changes m.spec under m.mu
+	m.mu.Unlock()
+	src, err := kgo.NewClient(m.c.cfg.SourceOpts(spec.Source)...)
 	if err != nil {
-		return fmt.Errorf("connecting to source %s: %w", strings.Join(m.spec.Source.BootstrapServers, ","), err)
+		return fmt.Errorf("connecting to source %s: %w", strings.Join(spec.Source.BootstrapServers, ","), err)
 	}
 	defer src.Close()
 	if err := src.Ping(ctx); err != nil {
-		return fmt.Errorf("connecting to source %s: %w", strings.Join(m.spec.Source.BootstrapServers, ","), err)
+		return fmt.Errorf("connecting to source %s: %w", strings.Join(spec.Source.BootstrapServers, ","), err)
 	}
 	srcAdm := kadm.NewClient(src)
-	findings, err := topics.Preflight(ctx, m.c.dstAdm, srcAdm, m.spec.Topics...)
+	findings, err := topics.Preflight(ctx, m.c.dstAdm, srcAdm, spec.Topics...)
 	if err != nil {
 		return fmt.Errorf("preflight check of the destination: %w", err)
 	}
@@ -139,7 +143,7 @@ func (m *mirror) runConnected(ctx context.Context) error {
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { _ = f.Run(fctx) }()
-	mgr := topics.NewManager(m.c.dstAdm, srcAdm, topics.WithExclude(m.spec.TopicConfigExclude), topics.WithLogger(m.log.Named("topics")))
+	mgr := topics.NewManager(m.c.dstAdm, srcAdm, topics.WithExclude(spec.TopicConfigExclude), topics.WithLogger(m.log.Named("topics")))
 
 	// Partition mirrors live as long as this connection: they end with fctx.
 	defer func() {
@@ -153,7 +157,7 @@ func (m *mirror) runConnected(ctx context.Context) error {
 	t := time.NewTicker(m.c.cfg.RefreshInterval)
 	defer t.Stop()
 	for {
-		m.syncTopics(fctx, mgr, srcMeta, f)
+		m.syncTopics(fctx, mgr, sourceReader{src, srcMeta}, f)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -165,12 +169,12 @@ func (m *mirror) runConnected(ctx context.Context) error {
 
 // syncTopics creates or grows each destination topic and starts a partition
 // mirror for every source partition not yet running.
-func (m *mirror) syncTopics(ctx context.Context, mgr *topics.Manager, srcMeta *leaders.Cache, f *fetcher.Fetcher) {
+func (m *mirror) syncTopics(ctx context.Context, mgr *topics.Manager, source sourceReader, f *fetcher.Fetcher) {
 	m.mu.Lock()
 	names := append([]string(nil), m.spec.Topics...)
 	m.mu.Unlock()
 	for _, topic := range names {
-		err := m.syncTopic(ctx, mgr, srcMeta, f, topic)
+		err := m.syncTopic(ctx, mgr, source, f, topic)
 		m.mu.Lock()
 		if err != nil {
 			if m.topicErrs[topic] != err.Error() {
@@ -184,27 +188,42 @@ func (m *mirror) syncTopics(ctx context.Context, mgr *topics.Manager, srcMeta *l
 	}
 }
 
-func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, srcMeta *leaders.Cache, f *fetcher.Fetcher, topic string) error {
+func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sourceReader, f *fetcher.Fetcher, topic string) error {
 	name := m.rec.Spec.Name
 	info, err := mgr.Ensure(ctx, topic)
 	if err != nil {
 		return err
 	}
 	var tr topicRecord
+	srcID, dstID := topicID(info.SourceTopicID), topicID(info.DestinationTopicID)
 	if m.c.getJSON(topicKey(name, topic), &tr) {
-		if tr.SourceTopicID != info.SourceTopicID && info.SourceTopicID != (kadm.TopicID{}) {
+		if tr.SourceTopicID != srcID && srcID != (topicID{}) {
 			err := fmt.Errorf("source topic %q was recreated (topic id %s, mirrored %s): its offsets no longer match the destination's; recover the topic to mirror it again",
 				topic, info.SourceTopicID, tr.SourceTopicID)
 			m.failTopic(ctx, topic, info.SourcePartitions, err.Error())
 			return err
 		}
-	} else if err := m.c.putJSON(ctx, topicKey(name, topic), topicRecord{SourceTopicID: info.SourceTopicID}); err != nil {
+		switch {
+		case dstID == (topicID{}) || tr.DestinationTopicID == dstID:
+		case tr.DestinationTopicID != (topicID{}):
+			err := fmt.Errorf("destination topic %q was recreated (topic id %s, mirrored into %s): the records mirrored there are lost; recover the topic to mirror it again",
+				topic, dstID, tr.DestinationTopicID)
+			m.failTopic(ctx, topic, info.SourcePartitions, err.Error())
+			return err
+		default:
+			// A record from before destination ids were kept.
+			tr.DestinationTopicID = dstID
+			if err := m.c.putJSON(ctx, topicKey(name, topic), tr); err != nil {
+				return err
+			}
+		}
+	} else if err := m.c.putJSON(ctx, topicKey(name, topic), topicRecord{SourceTopicID: srcID, DestinationTopicID: dstID}); err != nil {
 		return err
 	}
 	if info.PartitionsAdded > 0 {
 		m.log.Info("destination partitions added", "topic", topic, "added", info.PartitionsAdded)
 		m.c.writer.Meta().Invalidate(topic)
-		srcMeta.Invalidate(topic)
+		source.meta.Invalidate(topic)
 	}
 	keyed := info.SourceCompacted()
 	for p := int32(0); p < info.SourcePartitions; p++ {
@@ -228,9 +247,10 @@ func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, srcMeta *le
 		}
 		pm := partition.New(partition.Config{
 			Mirror: name, TP: tp, ProducerID: m.rec.ProducerID, Epoch: m.rec.Epoch, KeyedPad: keyed,
-			Fetcher: f, Source: srcMeta, Writer: m.c.writer, Checkpoints: checkpoints{m.c, name}, Fillers: m.c.cfg.Fillers,
-			OnChange: func(st partition.Status) { m.persistPartition(ctx, tp, st) },
-			Logger:   m.log.Named("partition"),
+			Fetcher: f, Source: source, Writer: m.c.writer, Checkpoints: checkpoints{m.c, name}, Fillers: m.c.cfg.Fillers,
+			HangingAfter: m.c.cfg.HangingTxnAfter,
+			OnChange:     func(st partition.Status) { m.persistPartition(ctx, tp, st) },
+			Logger:       m.log.Named("partition"),
 		})
 		pctx, stop := context.WithCancel(ctx)
 		m.mu.Lock()
@@ -321,4 +341,18 @@ func (k checkpoints) Alignment(tp fetcher.TP) (partition.Alignment, bool) {
 
 func (k checkpoints) SaveAlignment(ctx context.Context, tp fetcher.TP, a partition.Alignment) error {
 	return k.c.putJSON(ctx, alignmentKey(k.mirror, tp), a)
+}
+
+// sourceReader is what a partition mirror reads of its source cluster.
+type sourceReader struct {
+	cl   *kgo.Client
+	meta *leaders.Cache
+}
+
+func (s sourceReader) Bounds(ctx context.Context, topic string, partition int32) (leaders.Bounds, error) {
+	return s.meta.Bounds(ctx, topic, partition)
+}
+
+func (s sourceReader) ReadAt(ctx context.Context, tp fetcher.TP, offset int64, maxBytes int32) (fetcher.Chunk, error) {
+	return fetcher.ReadAt(ctx, s.cl, s.meta, tp, offset, maxBytes)
 }

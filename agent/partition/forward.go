@@ -16,11 +16,19 @@ import (
 func (m *Mirror) copy(ctx context.Context) error {
 	f := m.cfg.Fetcher
 	ch, gen := f.Assign(m.cfg.TP, m.src)
+	// A fetch session leaves a partition out of its responses while nothing
+	// changes there, so a source transaction hanging with nothing written
+	// behind it brings no chunk: the clock reports it.
+	tick := time.NewTicker(max(m.cfg.HangingAfter/4, 10*time.Millisecond))
+	defer tick.Stop()
 	for {
 		var c fetcher.Chunk
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-tick.C:
+			m.reportHanging()
+			continue
 		case c = <-ch:
 		}
 		if c.Gen != gen {
@@ -75,17 +83,12 @@ func (m *Mirror) handle(ctx context.Context, c fetcher.Chunk) error {
 	return nil
 }
 
-// hangingAfter is how long a source transaction may hold the source's last
-// stable offset, with the mirror caught up to it, before describe says so.
-const hangingAfter = 30 * time.Second
-
-// watchHanging reports a source transaction that stays open: the mirror
+// watchHanging notes a source transaction that stays open: the mirror
 // copies only below the source's last stable offset, so such a transaction
-// stalls it, and the user must hear why.
+// stalls it, and the user must hear why (reportHanging).
 func (m *Mirror) watchHanging(c fetcher.Chunk) {
 	stalled := c.LastStable >= 0 && c.LastStable < c.HighWatermark && m.src >= c.LastStable
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	switch {
 	case !stalled:
 		m.stalledAt, m.stalledSince = -1, time.Time{}
@@ -94,11 +97,21 @@ func (m *Mirror) watchHanging(c fetcher.Chunk) {
 		}
 	case m.stalledAt != c.LastStable:
 		m.stalledAt, m.stalledSince = c.LastStable, time.Now()
-	case time.Since(m.stalledSince) > hangingAfter && m.st.State == Mirroring:
-		m.st.Reason = fmt.Sprintf("waiting for a source transaction open at offset %d since %s: mirroring copies only decided records (below the source's last stable offset); if the producer died, abort the transaction on the source (kafka-transactions.sh abort)",
-			c.LastStable, m.stalledSince.UTC().Format(time.RFC3339))
-		m.hangingReason = true
 	}
+	m.mu.Unlock()
+	m.reportHanging()
+}
+
+// reportHanging gives the reason of a stall that lasted HangingAfter.
+func (m *Mirror) reportHanging() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stalledAt < 0 || m.st.State != Mirroring || time.Since(m.stalledSince) <= m.cfg.HangingAfter {
+		return
+	}
+	m.st.Reason = fmt.Sprintf("waiting for a source transaction open at offset %d since %s: mirroring copies only decided records (below the source's last stable offset); if the producer died, abort the transaction on the source (kafka-transactions.sh abort)",
+		m.stalledAt, m.stalledSince.UTC().Format(time.RFC3339))
+	m.hangingReason = true
 }
 
 // forward mirrors one source batch: the offsets before it that the source
@@ -163,7 +176,7 @@ func (m *Mirror) writeVisible(ctx context.Context, b []byte, aborted bool) error
 		return fail("reading a source batch: %v", err)
 	}
 	if m.next > m.src {
-		return fail("duplicate transaction marker at destination offset %d where the source has a record; recover the partition to re-align it", m.src)
+		return fail("duplicate transaction marker at destination offset %d where the source has a visible record; recover the partition to re-align it", m.src)
 	}
 	if h.BaseOffset < m.src || h.LogAppendTime() {
 		// Re-encode: the batch straddles the offset the destination

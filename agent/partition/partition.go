@@ -49,6 +49,8 @@ type Checkpoints interface {
 // Source is what a partition needs of the source cluster.
 type Source interface {
 	Bounds(ctx context.Context, topic string, partition int32) (leaders.Bounds, error)
+	// ReadAt reads raw batches (uncommitted, markers included) from offset.
+	ReadAt(ctx context.Context, tp fetcher.TP, offset int64, maxBytes int32) (fetcher.Chunk, error)
 }
 
 // FillerMethod is how invisible destination offsets are written.
@@ -95,6 +97,10 @@ type Config struct {
 	Logger   hclog.Logger
 	// PadBatch is the number of records per padding batch (default 20000).
 	PadBatch int
+	// HangingAfter is how long a source transaction may hold the source's
+	// last stable offset, with the mirror caught up to it, before describe
+	// says so (default 30s).
+	HangingAfter time.Duration
 }
 
 // Status is a partition's figures as callers see them.
@@ -120,6 +126,10 @@ type Mirror struct {
 	// lossReason says why LostRecords is not zero, kept as the reason of
 	// the MIRRORING state: a loss is reported, never silent.
 	lossReason string
+	// seenEnd is the highest destination end this mirror has seen (read
+	// or reached by its own acknowledged writes), in memory only: an end
+	// below it at resync means the destination lost records.
+	seenEnd int64
 
 	mu       sync.Mutex
 	st       Status
@@ -148,6 +158,9 @@ func New(cfg Config) *Mirror {
 	}
 	if cfg.Fillers == "" {
 		cfg.Fillers = FillCoordinator
+	}
+	if cfg.HangingAfter <= 0 {
+		cfg.HangingAfter = 30 * time.Second
 	}
 	m := &Mirror{cfg: cfg, log: cfg.Logger.With("topic", cfg.TP.Topic, "partition", cfg.TP.Partition)}
 	m.data.id = cfg.TxnIDPrefix + ".abort"
@@ -259,6 +272,14 @@ func (m *Mirror) resync(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reading destination bounds: %w", err)
 	}
+	// Acknowledged writes (acks=all) are below the high watermark, which
+	// never goes back unless records are lost: resuming from a lower end
+	// would re-mirror silently over a log consumers already read.
+	if seen := max(m.seenEnd, m.next); dst.HighWatermark < seen {
+		return fail("the destination log end went back from %d to %d: records were lost on the destination (unclean leader election or a recreated topic); recover the partition to re-align it",
+			seen, dst.HighWatermark)
+	}
+	m.seenEnd = dst.HighWatermark
 	src, err := m.cfg.Source.Bounds(ctx, tp.Topic, tp.Partition)
 	if err != nil {
 		return fmt.Errorf("reading source bounds: %w", err)
@@ -271,6 +292,9 @@ func (m *Mirror) resync(ctx context.Context) error {
 			dst.HighWatermark, src.HighWatermark)
 	}
 	if err := m.recoverSequences(ctx, dst); err != nil {
+		return err
+	}
+	if err := m.checkTail(ctx, dst, src); err != nil {
 		return err
 	}
 	m.next, m.src = dst.HighWatermark, dst.HighWatermark

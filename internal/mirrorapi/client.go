@@ -1,12 +1,17 @@
 package mirrorapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -17,11 +22,22 @@ type Client struct {
 	// Token is sent as a bearer token when set.
 	Token string
 	HTTP  *http.Client
+	// Retries is how many times an idempotent call (GET, PUT, DELETE) is
+	// retried after a transient failure: connection refused or reset, or
+	// 502, 503, 504. POST is never retried. Negative means never.
+	Retries int
+	// Backoff is the wait before the first retry, doubled for each next
+	// one up to 5s.
+	Backoff time.Duration
 }
 
-// NewClient returns a client for the agent at baseURL.
+// NewClient returns a client for the agent at baseURL that retries
+// idempotent calls 4 times, from 200ms.
 func NewClient(baseURL, token string) *Client {
-	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{Timeout: 30 * time.Second}}
+	return &Client{
+		BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{Timeout: 30 * time.Second},
+		Retries: 4, Backoff: 200 * time.Millisecond,
+	}
 }
 
 // APIError is an error response of the agent.
@@ -34,7 +50,13 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("agent answered %d %s: %s", e.Status, e.Body.Code, e.Body.Message)
 }
 
-// Describe returns every mirror's status.
+// IsCode says whether err is an APIError with code.
+func IsCode(err error, code string) bool {
+	var e *APIError
+	return errors.As(err, &e) && e.Body.Code == code
+}
+
+// Describe returns every mirror's status (GET /v1/mirrors).
 func (c *Client) Describe(ctx context.Context) ([]Mirror, error) {
 	var out DescribeResponse
 	if err := c.do(ctx, http.MethodGet, "/v1/mirrors", nil, &out); err != nil {
@@ -43,29 +65,150 @@ func (c *Client) Describe(ctx context.Context) ([]Mirror, error) {
 	return out.Mirrors, nil
 }
 
-func (c *Client) do(ctx context.Context, method, path string, body io.Reader, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, body)
+// Mirror returns one mirror's status (GET /v1/mirrors/{name}).
+func (c *Client) Mirror(ctx context.Context, name string) (Mirror, error) {
+	var out Mirror
+	err := c.do(ctx, http.MethodGet, mirrorPath(name), nil, &out)
+	return out, err
+}
+
+// Create creates a mirror (POST /v1/mirrors).
+func (c *Client) Create(ctx context.Context, spec MirrorSpec) (Mirror, error) {
+	var out Mirror
+	err := c.do(ctx, http.MethodPost, "/v1/mirrors", spec, &out)
+	return out, err
+}
+
+// Update changes mirror name (PUT /v1/mirrors/{name}): fields of spec left
+// empty keep their value.
+func (c *Client) Update(ctx context.Context, name string, spec MirrorSpec) (Mirror, error) {
+	var out Mirror
+	err := c.do(ctx, http.MethodPut, mirrorPath(name), spec, &out)
+	return out, err
+}
+
+// Delete deletes mirror name (DELETE /v1/mirrors/{name}); force deletes a
+// mirror that still has topics. Destination topics and data stay.
+func (c *Client) Delete(ctx context.Context, name string, force bool) error {
+	p := mirrorPath(name)
+	if force {
+		p += "?force=true"
+	}
+	return c.do(ctx, http.MethodDelete, p, nil, nil)
+}
+
+// AddTopics adds topics to mirror name (POST /v1/mirrors/{name}/topics).
+func (c *Client) AddTopics(ctx context.Context, name string, topics []string) (Mirror, error) {
+	var out Mirror
+	err := c.do(ctx, http.MethodPost, mirrorPath(name)+"/topics", AddTopicsRequest{Topics: topics}, &out)
+	return out, err
+}
+
+// Offsets returns mirror name's last mirrored offsets (GET
+// /v1/mirrors/{name}/offsets), of topic only when topic is not empty.
+func (c *Client) Offsets(ctx context.Context, name, topic string) (OffsetsResponse, error) {
+	var out OffsetsResponse
+	p := mirrorPath(name) + "/offsets"
+	if topic != "" {
+		p += "?topic=" + url.QueryEscape(topic)
+	}
+	err := c.do(ctx, http.MethodGet, p, nil, &out)
+	return out, err
+}
+
+// OpenAPI returns the agent's OpenAPI document (GET /v1/openapi.json).
+func (c *Client) OpenAPI(ctx context.Context) (json.RawMessage, error) {
+	var out json.RawMessage
+	err := c.do(ctx, http.MethodGet, "/v1/openapi.json", nil, &out)
+	return out, err
+}
+
+func mirrorPath(name string) string { return "/v1/mirrors/" + url.PathEscape(name) }
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body []byte
+	if in != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
+			return err
+		}
+	}
+	retries := c.Retries
+	if method == http.MethodPost || retries < 0 {
+		retries = 0
+	}
+	wait := c.Backoff
+	if wait <= 0 {
+		wait = 200 * time.Millisecond
+	}
+	for attempt := 0; ; attempt++ {
+		transient, err := c.once(ctx, method, path, body, out)
+		if err == nil || !transient || attempt >= retries {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+}
+
+// once makes one call; transient says whether a retry may succeed.
+func (c *Client) once(ctx context.Context, method, path string, body []byte, out any) (transient bool, err error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, rd)
 	if err != nil {
-		return fmt.Errorf("calling the agent: %w", err)
+		return false, fmt.Errorf("calling the agent: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
-	resp, err := c.HTTP.Do(req)
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("calling the agent at %s: %w (is `kmirror agent` running there? set KMIRROR_ADDR or --agent)", c.BaseURL, err)
+		return transientNetErr(err), fmt.Errorf("calling the agent at %s: %w (is `kmirror agent` running there? set KMIRROR_ADDR or --agent)", c.BaseURL, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		var e Error
-		_ = json.NewDecoder(resp.Body).Decode(&e)
-		return &APIError{Status: resp.StatusCode, Body: e}
+		if json.Unmarshal(raw, &e) != nil || e.Code == "" {
+			e = Error{Message: strings.TrimSpace(string(raw))}
+		}
+		switch resp.StatusCode {
+		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			transient = true
+		}
+		return transient, &APIError{Status: resp.StatusCode, Body: e}
 	}
 	if out == nil {
-		return nil
+		return false, nil
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("reading the agent's answer to %s %s: %w", method, path, err)
+		return false, fmt.Errorf("reading the agent's answer to %s %s: %w", method, path, err)
 	}
-	return nil
+	return false, nil
+}
+
+// transientNetErr says whether a failed connection may work on a retry.
+func transientNetErr(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }

@@ -83,3 +83,60 @@ type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 }
+
+// MirrorSpec is a mirror as a user declares it: the body of POST
+// /v1/mirrors, and of PUT /v1/mirrors/{name}, where a field left out keeps
+// its value (name, when given, must match the path).
+type MirrorSpec struct {
+	Name   string   `json:"name"`
+	Source Source   `json:"source"`
+	Topics []string `json:"topics"`
+	// TopicConfigExclude is mirror.topic.properties.exclude; left out, the
+	// KIP's default list.
+	TopicConfigExclude []string `json:"topic_config_exclude,omitempty"`
+}
+
+// AddTopicsRequest is the body of POST /v1/mirrors/{name}/topics.
+type AddTopicsRequest struct {
+	Topics []string `json:"topics"`
+}
+
+// OffsetsResponse is the body of GET /v1/mirrors/{name}/offsets: the last
+// mirrored offset of every partition (KIP-1279's LastMirroredOffsets).
+type OffsetsResponse struct {
+	Mirror string         `json:"mirror"`
+	Topics []TopicOffsets `json:"topics"`
+}
+
+// TopicOffsets is one topic of an OffsetsResponse.
+type TopicOffsets struct {
+	Name       string             `json:"name"`
+	Partitions []PartitionOffsets `json:"partitions"`
+}
+
+// PartitionOffsets is one partition of an OffsetsResponse.
+type PartitionOffsets struct {
+	Partition int32 `json:"partition"`
+	// LastMirroredOffset is the last offset mirrored, -1 when none is.
+	LastMirroredOffset int64 `json:"last_mirrored_offset"`
+	SourceOffset       int64 `json:"source_offset"`
+	DestinationOffset  int64 `json:"destination_offset"`
+	Lag                int64 `json:"lag"`
+	State              State `json:"state"`
+}
+
+// The codes of error responses, stable across releases; Kafka's error names
+// where one fits.
+const (
+	CodeUnauthorized         = "UNAUTHORIZED"
+	CodeInvalidRequest       = "INVALID_REQUEST" // malformed JSON, unknown fields, wrong types, bad parameters
+	CodeInvalidConfig        = "INVALID_CONFIG"  // a well-formed spec with a value the agent refuses
+	CodeMirrorNotFound       = "MIRROR_NOT_FOUND"
+	CodeMirrorAlreadyExists  = "MIRROR_ALREADY_EXISTS"
+	CodeMirrorHasTopics      = "MIRROR_HAS_TOPICS"
+	CodeTopicAlreadyMirrored = "TOPIC_ALREADY_MIRRORED"
+	CodeUnknownTopic         = "UNKNOWN_TOPIC_OR_PARTITION"
+	CodeNotReady             = "COORDINATOR_LOAD_IN_PROGRESS" // the agent is still loading its state
+	CodeNotFound             = "NOT_FOUND"                    // no such route
+	CodeInternal             = "UNKNOWN_SERVER_ERROR"
+)

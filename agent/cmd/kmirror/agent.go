@@ -29,6 +29,7 @@ func runAgent(ctx context.Context, args []string) error {
 	dstBootstrap := fs.String("destination-bootstrap", "", "destination cluster HOST:PORT,... (overrides the config file)")
 	listen := fs.String("listen", "", "HTTP API address, such as 127.0.0.1:8080 (overrides the config file)")
 	logLevel := fs.String("log-level", "", "trace, debug, info, warn or error (overrides the config file)")
+	tokenFile := fs.String("token-file", "", "file of API bearer tokens, one a line (overrides token_file in the config file); without it the API listens on loopback only")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -48,6 +49,9 @@ func runAgent(ctx context.Context, args []string) error {
 	if *logLevel != "" {
 		cfg.LogLevel = *logLevel
 	}
+	if *tokenFile != "" {
+		cfg.TokenFile = *tokenFile
+	}
 	if err := cfg.Check(); err != nil {
 		return err
 	}
@@ -57,6 +61,34 @@ func runAgent(ctx context.Context, args []string) error {
 	log := hclog.New(&hclog.LoggerOptions{
 		Name: "kmirror", Level: hclog.LevelFromString(cfg.LogLevel), JSONFormat: cfg.LogFormat == "json", Output: os.Stderr,
 	})
+
+	// The API listens first, so that /healthz answers and /readyz says when
+	// the state topic is loaded; the other routes answer 503 until then.
+	var srv *api.Server
+	if cfg.Listen != "" {
+		var tokens []string
+		if cfg.TokenFile != "" {
+			var err error
+			if tokens, err = readTokens(cfg.TokenFile); err != nil {
+				return err
+			}
+		} else if !isLoopback(cfg.Listen) {
+			return fmt.Errorf("--listen %q is not a loopback address and no --token-file is given: give --token-file FILE (or token_file in the config) so that API callers must authenticate, or listen on 127.0.0.1", cfg.Listen)
+		}
+		ln, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("listen %q: %w; choose a free address with --listen", cfg.Listen, err)
+		}
+		srv = api.New(api.Options{Tokens: tokens, Logger: log.Named("api")})
+		hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = hs.Serve(ln) }()
+		defer hs.Close()
+		if len(tokens) == 0 {
+			log.Warn("API listening without authentication (loopback only); give --token-file to require a bearer token", "address", ln.Addr().String())
+		} else {
+			log.Info("API listening", "address", ln.Addr().String(), "tokens", len(tokens))
+		}
+	}
 
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
@@ -76,16 +108,46 @@ func runAgent(ctx context.Context, args []string) error {
 			return fmt.Errorf("applying mirror %q from the config: %w", m.Name, err)
 		}
 	}
-	if cfg.Listen != "" {
-		ln, err := net.Listen("tcp", cfg.Listen)
-		if err != nil {
-			return fmt.Errorf("listen %q: %w; choose a free address with --listen", cfg.Listen, err)
-		}
-		srv := &http.Server{Handler: api.Handler(co), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
-		log.Info("API listening", "address", ln.Addr().String())
+	if srv != nil {
+		srv.SetBackend(co)
 	}
 	log.Info("agent running", "destination", strings.Join(cfg.Destination.BootstrapServers, ","), "state_topic", cfg.StateTopic, "mirrors", len(co.Mirrors()))
 	return co.Run(ctx)
+}
+
+// readTokens reads the API's bearer tokens: one a line, blank lines and
+// lines starting with # ignored.
+func readTokens(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--token-file: %w", err)
+	}
+	var tokens []string
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if strings.ContainsAny(line, " \t") {
+			return nil, fmt.Errorf("--token-file %s: a token cannot contain spaces (one token a line)", path)
+		}
+		tokens = append(tokens, line)
+	}
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("--token-file %s: no token in it (one token a line)", path)
+	}
+	return tokens, nil
+}
+
+// isLoopback says whether a listen address only accepts local connections.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -63,14 +62,12 @@ func runDescribe(ctx context.Context, args []string) error {
 			ms = kept
 		}
 		if *output == "json" {
-			enc := json.NewEncoder(os.Stdout)
-			enc.SetIndent("", "  ")
-			return enc.Encode(mirrorapi.DescribeResponse{Mirrors: ms})
+			return printJSON(mirrorapi.DescribeResponse{Mirrors: ms})
 		}
 		if *watch > 0 {
-			fmt.Printf("\n%s\n", time.Now().Format("15:04:05"))
+			fmt.Fprintf(stdout, "\n%s\n", time.Now().Format("15:04:05"))
 		}
-		if err := writeTable(os.Stdout, ms); err != nil {
+		if err := writeTable(stdout, ms); err != nil {
 			return err
 		}
 		if *watch <= 0 || (*count > 0 && i >= *count) {

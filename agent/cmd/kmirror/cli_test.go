@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kmirror/kmirror/agent/api"
+	"github.com/kmirror/kmirror/agent/coordinator"
+	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
+)
+
+var updateGolden = flag.Bool("update", false, "rewrite the golden files of the CLI tests")
+
+// fixtureBackend serves a fixed describe through the real API handler.
+type fixtureBackend struct{ api.Backend }
+
+func (fixtureBackend) Running() bool { return true }
+
+func (fixtureBackend) Describe() []coordinator.MirrorStatus {
+	p := func(topic string, n int32, src, dst int64, st mirrorapi.State, reason string) mirrorapi.Partition {
+		return mirrorapi.Partition{Mirror: "dr", Topic: topic, Partition: n, State: st, Reason: reason,
+			SourceOffset: src, SourceLastStable: src, DestinationOffset: dst, Lag: src - dst, LastMirrored: dst - 1,
+			LagMillis: 1500 * (src - dst), Bytes: 100 * dst, Records: dst}
+	}
+	return []coordinator.MirrorStatus{
+		{Name: "dr", Source: mirrorapi.Source{BootstrapServers: []string{"src-1:9092", "src-2:9092"}}, MaxLag: 10,
+			StateCounts: map[mirrorapi.State]int{mirrorapi.StateMirroring: 2, mirrorapi.StateFailed: 1},
+			Topics: []mirrorapi.Topic{
+				{Name: "foo", Partitions: []mirrorapi.Partition{
+					p("foo", 0, 189, 189, mirrorapi.StateMirroring, ""),
+					p("foo", 1, 94, 84, mirrorapi.StateMirroring, ""),
+				}},
+				{Name: "bar", Partitions: []mirrorapi.Partition{
+					p("bar", 0, 12, 7, mirrorapi.StateFailed, "destination topic \"bar\" was recreated"),
+				}},
+				{Name: "baz", Error: "source topic \"baz\" does not exist", Partitions: []mirrorapi.Partition{}},
+			}},
+		{Name: "mig", Source: mirrorapi.Source{BootstrapServers: []string{"old:9092"}}, Error: "connecting to source old:9092: dial tcp: lookup old: no such host",
+			StateCounts: map[mirrorapi.State]int{}, Topics: []mirrorapi.Topic{}},
+	}
+}
+
+// capture runs a command with stdout captured.
+func capture(t *testing.T, run func(context.Context, []string) error, args ...string) (string, error) {
+	t.Helper()
+	var b bytes.Buffer
+	old := stdout
+	stdout = &b
+	defer func() { stdout = old }()
+	err := run(context.Background(), args)
+	return b.String(), err
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *updateGolden {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to write it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs (go test -update rewrites it):\ngot:\n%s\nwant:\n%s", name, got, want)
+	}
+}
+
+// TestGolden renders describe, list and offsets of a fixed agent answer,
+// through the real API handler and client, as tables and as JSON.
+func TestGolden(t *testing.T) {
+	srv := httptest.NewServer(api.Handler(fixtureBackend{}, api.Options{Tokens: []string{"tok"}}))
+	defer srv.Close()
+	t.Setenv("KMIRROR_ADDR", srv.URL)
+	t.Setenv("KMIRROR_TOKEN", "tok")
+	for _, c := range []struct {
+		file string
+		run  func(context.Context, []string) error
+		args []string
+	}{
+		{"describe.txt", runDescribe, nil},
+		{"describe.json", runDescribe, []string{"--output", "json"}},
+		{"describe-mirror.txt", runDescribe, []string{"--mirror", "dr"}},
+		{"list.txt", runList, nil},
+		{"list.json", runList, []string{"--output", "json"}},
+		{"offsets.txt", runOffsets, []string{"--mirror", "dr"}},
+		{"offsets.json", runOffsets, []string{"--mirror", "dr", "--topic", "foo", "--output", "json"}},
+	} {
+		t.Run(c.file, func(t *testing.T) {
+			out, err := capture(t, c.run, c.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, c.file, out)
+		})
+	}
+	// A wrong token is an error naming the code.
+	_, err := capture(t, runList, "--token", "bad")
+	if !mirrorapi.IsCode(err, mirrorapi.CodeUnauthorized) {
+		t.Errorf("list with a bad token: %v", err)
+	}
+}
+
+// TestVerbs runs create, add, update, list, offsets and delete against a
+// real coordinator and two dev clusters, and the bad command lines.
+func TestVerbs(t *testing.T) {
+	src := devcluster.StartT(t, devcluster.Name("src"), devcluster.KfakeOptions(kfake.SeedTopics(1, "orders", "events")))
+	dst := devcluster.StartT(t, devcluster.Name("dst"))
+	ctx, cancel := context.WithCancel(context.Background())
+	co, err := coordinator.New(ctx, coordinator.Config{Destination: []kgo.Opt{kgo.SeedBrokers(dst.Bootstrap()...)}, RefreshInterval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = co.Run(ctx) }()
+	defer func() { cancel(); <-done; co.Close() }()
+	srv := httptest.NewServer(api.Handler(co, api.Options{}))
+	defer srv.Close()
+	t.Setenv("KMIRROR_ADDR", srv.URL)
+
+	run := func(want string, f func(context.Context, []string) error, args ...string) string {
+		t.Helper()
+		out, err := capture(t, f, args...)
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if !strings.Contains(out, want) {
+			t.Fatalf("%v printed %q, want %q", args, out, want)
+		}
+		return out
+	}
+	run("Created mirror dr with 1 topic(s): [orders]\n", runCreate, "--mirror", "dr", "--source-bootstrap", src.BootstrapString(), "--topic", "orders")
+	run("Added 1 topic(s) to mirror dr: [events]\n", runAdd, "--mirror", "dr", "--topic", "events")
+	run("Updated mirror dr\n", runUpdate, "--mirror", "dr", "--source-bootstrap", src.BootstrapString())
+	run("dr      "+src.BootstrapString()+"  2", runList)
+	run(`"topics": [
+        "orders",
+        "events"
+      ]`, runList, "--output", "json")
+	// The topics mirror (empty here, so nothing is mirrored yet: -1).
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, _ := capture(t, runOffsets, "--mirror", "dr")
+		if strings.Contains(out, "dr      events  0          -1") && strings.Contains(out, "dr      orders  0          -1") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("offsets: %s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	run(`"last_mirrored_offset": -1`, runOffsets, "--mirror", "dr", "--output", "json")
+	run("MIRROR  TOPIC   PARTITION  SOURCE-OFFSET  DESTINATION-OFFSET  LAG  STATE", runDescribe)
+
+	// Refusals: errors name the code and change nothing.
+	if _, err := capture(t, runDelete, "--mirror", "dr"); !mirrorapi.IsCode(err, mirrorapi.CodeMirrorHasTopics) || !strings.Contains(err.Error(), "--force") {
+		t.Errorf("delete without --force: %v", err)
+	}
+	if _, err := capture(t, runCreate, "--mirror", "dr", "--source-bootstrap", src.BootstrapString()); !mirrorapi.IsCode(err, mirrorapi.CodeMirrorAlreadyExists) {
+		t.Errorf("create twice: %v", err)
+	}
+	if _, err := capture(t, runAdd, "--mirror", "nope", "--topic", "x"); !mirrorapi.IsCode(err, mirrorapi.CodeMirrorNotFound) {
+		t.Errorf("add to an unknown mirror: %v", err)
+	}
+	for _, args := range [][]string{
+		{"create", "--source-bootstrap", "h:1"},
+		{"create", "--mirror", "x"},
+		{"add", "--mirror", "dr"},
+		{"update", "--mirror", "dr"},
+		{"delete"},
+		{"list", "--output", "yaml"},
+		{"offsets", "--mirror", "dr", "extra"},
+	} {
+		_, err := capture(t, commands[args[0]].run, args[1:]...)
+		var st *exitStatus
+		if !errors.As(err, &st) || st.Code != 2 || st.Err == nil {
+			t.Errorf("%v: %v, want a usage error (exit status 2)", args, err)
+		}
+	}
+	run("Deleted mirror dr\n", runDelete, "--mirror", "dr", "--force")
+	run("MIRROR  SOURCE  TOPICS  PARTITIONS  MAX-LAG  STATES\n", runList)
+	if ms := co.Mirrors(); len(ms) != 0 {
+		t.Errorf("mirrors after delete: %+v", ms)
+	}
+}

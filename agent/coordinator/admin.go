@@ -1,0 +1,230 @@
+package coordinator
+
+// The admin operations behind the agent's API: create, update, add topics
+// and delete a mirror. Each checks everything it can before it writes, so a
+// refused request changes nothing, and names the field at fault.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// The errors of the admin operations; callers match them with errors.Is.
+var (
+	ErrMirrorNotFound  = errors.New("mirror not found")
+	ErrMirrorExists    = errors.New("mirror already exists")
+	ErrMirrorHasTopics = errors.New("mirror has topics")
+)
+
+// InvalidSpecError is a refused spec; its message names the field.
+type InvalidSpecError struct{ Err error }
+
+func (e *InvalidSpecError) Error() string { return e.Err.Error() }
+func (e *InvalidSpecError) Unwrap() error { return e.Err }
+
+func invalid(format string, a ...any) error {
+	return &InvalidSpecError{Err: fmt.Errorf(format, a...)}
+}
+
+// adminMu serializes the admin operations, so that what one checks is still
+// true when it writes. (Package-wide: a process runs one coordinator.)
+var adminMu sync.Mutex
+
+// Running says whether Run has started, which is after the state topic was
+// loaded (New loads it): the agent is ready for the admin API.
+func (c *Coordinator) Running() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.runCtx != nil
+}
+
+// record returns mirror name's persisted record.
+func (c *Coordinator) record(name string) (mirrorRecord, bool, error) {
+	var rec mirrorRecord
+	v, ok := c.store.Get(mirrorKey(name))
+	if !ok {
+		return rec, false, nil
+	}
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return rec, true, fmt.Errorf("reading mirror %q from the state topic: %w", name, err)
+	}
+	return rec, true, nil
+}
+
+// check validates spec and that none of its topics belongs to another mirror.
+func (c *Coordinator) check(spec MirrorSpec) error {
+	if err := spec.Validate(); err != nil {
+		return &InvalidSpecError{Err: err}
+	}
+	for _, other := range c.Mirrors() {
+		if other.Name == spec.Name {
+			continue
+		}
+		for _, t := range spec.Topics {
+			if slices.Contains(other.Topics, t) {
+				return fmt.Errorf("topics: %q: %w %q; a destination topic can have one source", t, ErrTopicMirrored, other.Name)
+			}
+		}
+	}
+	return nil
+}
+
+// Create makes a new mirror; ErrMirrorExists when the name is taken.
+func (c *Coordinator) Create(ctx context.Context, spec MirrorSpec) error {
+	adminMu.Lock()
+	defer adminMu.Unlock()
+	if _, ok, _ := c.record(spec.Name); ok {
+		return fmt.Errorf("name: mirror %q: %w; update it instead", spec.Name, ErrMirrorExists)
+	}
+	if err := c.check(spec); err != nil {
+		return err
+	}
+	return c.Apply(ctx, spec)
+}
+
+// Update replaces an existing mirror's spec. Topics can be added but not
+// removed (removing a topic from a mirror is a stop, not an update). A new
+// source or config exclude list takes effect at once: the mirror
+// reconnects, and its partitions resume from the destination's log ends.
+func (c *Coordinator) Update(ctx context.Context, spec MirrorSpec) error {
+	adminMu.Lock()
+	defer adminMu.Unlock()
+	old, ok, err := c.record(spec.Name)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("mirror %q: %w", spec.Name, ErrMirrorNotFound)
+	}
+	var removed []string
+	for _, t := range old.Spec.Topics {
+		if !slices.Contains(spec.Topics, t) {
+			removed = append(removed, t)
+		}
+	}
+	if len(removed) > 0 {
+		return invalid("topics: %q would be removed from mirror %q; an update can only add topics", removed, spec.Name)
+	}
+	if err := c.check(spec); err != nil {
+		return err
+	}
+	if err := c.Apply(ctx, spec); err != nil {
+		return err
+	}
+	// The source and the config exclude list are read when the mirror
+	// connects: reconnect for them to take effect.
+	if !slices.Equal(old.Spec.Source.BootstrapServers, spec.Source.BootstrapServers) ||
+		!slices.Equal(old.Spec.TopicConfigExclude, spec.TopicConfigExclude) {
+		c.restart(spec.Name)
+	}
+	return nil
+}
+
+// AddTopics adds topics to mirror name. Topics it already mirrors are
+// refused, so that a repeated call says so instead of passing silently.
+func (c *Coordinator) AddTopics(ctx context.Context, name string, topics []string) error {
+	adminMu.Lock()
+	defer adminMu.Unlock()
+	rec, ok, err := c.record(name)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("mirror %q: %w", name, ErrMirrorNotFound)
+	}
+	if len(topics) == 0 {
+		return invalid("topics: give at least one topic to add")
+	}
+	for _, t := range topics {
+		if slices.Contains(rec.Spec.Topics, t) {
+			return invalid("topics: %q is already mirrored by mirror %q", t, name)
+		}
+	}
+	spec := rec.Spec
+	spec.Topics = append(slices.Clone(spec.Topics), topics...)
+	if err := c.check(spec); err != nil {
+		return err
+	}
+	return c.Apply(ctx, spec)
+}
+
+// Delete removes mirror name: it stops its partitions and removes its
+// records from the state topic. Destination topics and their data stay, as
+// ordinary topics. A mirror with topics is refused with ErrMirrorHasTopics
+// unless force is set.
+func (c *Coordinator) Delete(ctx context.Context, name string, force bool) error {
+	adminMu.Lock()
+	defer adminMu.Unlock()
+	rec, ok, err := c.record(name)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("mirror %q: %w", name, ErrMirrorNotFound)
+	}
+	if n := len(rec.Spec.Topics); n > 0 && !force {
+		return fmt.Errorf("mirror %q has %d topic(s) %q: %w; stop them first, or delete with force (the destination topics and their data stay)", name, n, rec.Spec.Topics, ErrMirrorHasTopics)
+	}
+	c.stop(name)
+	// The mirror's own records first and the mirror record last: if this is
+	// interrupted, the mirror is still there and a retry finishes the job.
+	// A mirror's records are keyed KIND/MIRROR/..., such as
+	// partition/MIRROR/TOPIC/N (mirror and topic names cannot hold '/').
+	var keys []string
+	for k := range c.store.All() {
+		if parts := strings.SplitN(k, "/", 3); len(parts) == 3 && parts[1] == name {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	keys = append(keys, mirrorKey(name))
+	for _, k := range keys {
+		if err := c.store.Put(ctx, k, nil); err != nil {
+			c.start(name)
+			return fmt.Errorf("deleting mirror %q: %w", name, err)
+		}
+	}
+	c.log.Info("mirror deleted", "mirror", name, "records_removed", len(keys), "topics_kept", rec.Spec.Topics)
+	return nil
+}
+
+// stop ends mirror name's run and waits until its partitions have stopped.
+func (c *Coordinator) stop(name string) {
+	c.mu.Lock()
+	m, ok := c.mirrors[name]
+	delete(c.mirrors, name)
+	c.mu.Unlock()
+	if !ok {
+		return
+	}
+	if m.cancel != nil {
+		m.cancel()
+	}
+	m.wait()
+}
+
+// start runs mirror name from its persisted record, if Run has started and
+// it does not run yet.
+func (c *Coordinator) start(name string) {
+	rec, ok, err := c.record(name)
+	if !ok || err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, running := c.mirrors[name]; running || c.runCtx == nil || c.runCtx.Err() != nil {
+		return
+	}
+	c.startLocked(rec)
+}
+
+// restart stops mirror name and runs it again from its persisted record.
+func (c *Coordinator) restart(name string) {
+	c.stop(name)
+	c.start(name)
+}
