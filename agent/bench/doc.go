@@ -20,6 +20,11 @@
 //     fetcher capped its long poll.
 //   - BenchmarkSlowDestination: the comparison against a destination that
 //     takes 5 ms to answer every Produce, as acks=all does on a real cluster.
+//   - BenchmarkTransactional: a transactional source (4 producers, 100
+//     records per transaction, 5% aborted) against a plain source of the
+//     same records, mirrored side by side.
+//   - BenchmarkFillers: a compacted source with 50% holes, mirrored with
+//     each filler method (coordinator transactions, WriteTxnMarkers).
 //
 // The clusters are kfake (internal/devcluster) in lenient mode: the
 // strict-validation layer costs about half of kfake's produce throughput and

@@ -215,7 +215,7 @@ func (m *Mirror) writePlain(ctx context.Context, b []byte, n int32) error {
 	if err != nil {
 		return m.classifyProduce(err)
 	}
-	return m.landed(off, n, &m.seq)
+	return m.landed(ctx, off, n, &m.seq)
 }
 
 // writeAborted appends a batch of an aborted source transaction through the
@@ -238,22 +238,40 @@ func (m *Mirror) writeAborted(ctx context.Context, b []byte, n int32) error {
 		}
 		return m.classifyProduce(err)
 	}
-	return m.landed(off, n, &m.data.seq)
+	return m.landed(ctx, off, n, &m.data.seq)
 }
 
 // landed checks where a batch of n records went and advances past it.
-func (m *Mirror) landed(off int64, n int32, seq *int32) error {
+func (m *Mirror) landed(ctx context.Context, off int64, n int32, seq *int32) error {
 	switch {
 	case off < m.next:
 		return fail("the destination put the batch for offset %d at offset %d: the destination log was truncated (an unclean leader election or a lost write); recover the partition to re-align it",
 			m.next, off)
 	case off > m.next:
-		return fail("the destination put the batch for offset %d at offset %d: something else wrote to this mirror topic; recover the partition to re-align it",
+		if m.markerAt(ctx, m.next) {
+			return fail("duplicate transaction marker at destination offset %d where the source has a visible record; recover the partition to re-align it", m.next)
+		}
+		return fail("the destination put the batch for offset %d at offset %d: something else wrote to this mirror topic (a foreign write); recover the partition to re-align it",
 			m.next, off)
 	}
 	m.next += int64(n)
 	*seq = addSeq(*seq, n)
 	return nil
+}
+
+// markerAt says whether the destination holds a transaction marker at
+// offset: the coordinator re-sent one after the agent looked (review B1).
+func (m *Mirror) markerAt(ctx context.Context, offset int64) bool {
+	c, err := fetcher.ReadAt(ctx, m.cfg.Writer.Client(), m.cfg.Writer.Meta(), m.cfg.TP, offset, 1<<20)
+	if err != nil {
+		return false
+	}
+	b, _, err := recordbatch.Next(c.Records)
+	if err != nil || b == nil {
+		return false
+	}
+	h, err := recordbatch.ParseHeader(b)
+	return err == nil && h.IsControl() && h.BaseOffset == offset
 }
 
 // classifyProduce turns a produce error into a retry (the resume point is

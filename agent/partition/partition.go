@@ -222,13 +222,20 @@ func fail(format string, args ...any) error { return &failure{fmt.Sprintf(format
 func (m *Mirror) Run(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
+		started := time.Now()
 		err := m.runOnce(ctx)
+		if time.Since(started) > 10*time.Second {
+			// It ran for a while: this is a new trouble, not the same one
+			// coming back, so retry quickly again.
+			backoff = 100 * time.Millisecond
+		}
 		if ctx.Err() != nil {
 			return
 		}
 		var f *failure
 		if errors.As(err, &f) {
 			m.setState(Failed, f.reason)
+			m.closeDataTxn(ctx)
 			return
 		}
 		m.mu.Lock()

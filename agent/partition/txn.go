@@ -63,6 +63,27 @@ func (m *Mirror) settleTxns(ctx context.Context) error {
 	return nil
 }
 
+// closeDataTxn aborts the destination transaction of aborted source records
+// when the partition stops with it open: an open transaction would hold the
+// destination's last stable offset, and so every read_committed consumer of
+// the partition, until its timeout. Its marker lands after everything
+// mirrored, where it hides nothing.
+func (m *Mirror) closeDataTxn(ctx context.Context) {
+	w := m.cfg.Writer
+	st, err := w.DescribeTxn(ctx, m.data.id)
+	if err != nil || !st.Open() {
+		return
+	}
+	if err := w.EndTxn(ctx, m.data.id, st.Producer, false); err != nil {
+		m.log.Warn("could not abort the destination transaction of a failed partition", "transactional_id", m.data.id, "error", err)
+		return
+	}
+	m.data.open = false
+	if _, err := w.WaitSettled(ctx, m.data.id); err != nil {
+		m.log.Warn("waiting for the abort of the destination transaction of a failed partition", "transactional_id", m.data.id, "error", err)
+	}
+}
+
 // invisible gives the source offsets [src, src+n) invisible destination
 // offsets. Offsets the destination already holds beyond src (extra markers
 // absorbed earlier) count first; then an open transaction of aborted records

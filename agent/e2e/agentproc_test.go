@@ -1,0 +1,294 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
+)
+
+// This file runs `kmirror agent` as a separate process, so that tests can
+// kill it the way a machine or an OOM killer does: SIGKILL, no deferred
+// function, no flush, sockets closed by the kernel.
+
+// kmirrorBuild is the binary built for this test binary, shared by its tests.
+var kmirrorBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// kmirrorBin returns the kmirror binary: $KMIRROR_BIN when it names an
+// executable file (the make target builds it first), else one built from
+// this module once per test binary.
+func kmirrorBin(t testing.TB) string {
+	t.Helper()
+	if bin := os.Getenv("KMIRROR_BIN"); bin != "" {
+		if st, err := os.Stat(bin); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
+			return bin
+		}
+		t.Logf("KMIRROR_BIN=%q is not an executable file: building kmirror instead", bin)
+	}
+	kmirrorBuild.once.Do(func() {
+		kmirrorBuild.path, kmirrorBuild.err = buildKmirror()
+	})
+	if kmirrorBuild.err != nil {
+		t.Fatalf("building kmirror: %v", kmirrorBuild.err)
+	}
+	return kmirrorBuild.path
+}
+
+// binDirPrefix names the directories builds go to; the pid of the test
+// binary that made one follows, so that a later run can remove the ones
+// whose test binary is gone (nothing runs at the end of a test binary that
+// has no TestMain).
+const binDirPrefix = "kmirror-e2e-bin-"
+
+func buildKmirror() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("go env GOMOD: not inside the kmirror module")
+	}
+	removeStaleBinDirs()
+	dir, err := os.MkdirTemp("", binDirPrefix+strconv.Itoa(os.Getpid())+"-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "kmirror")
+	cmd := exec.Command("go", "build", "-o", bin, "./agent/cmd/kmirror")
+	cmd.Dir = filepath.Dir(gomod)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", fmt.Errorf("go build ./agent/cmd/kmirror: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// removeStaleBinDirs removes build directories of test binaries that have
+// exited.
+func removeStaleBinDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), binDirPrefix+"*"))
+	for _, d := range dirs {
+		rest := strings.TrimPrefix(filepath.Base(d), binDirPrefix)
+		pid, err := strconv.Atoi(strings.SplitN(rest, "-", 2)[0])
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = os.RemoveAll(d)
+		}
+	}
+}
+
+// freeLoopbackAddr returns 127.0.0.1:PORT with a port free a moment ago.
+func freeLoopbackAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("finding a free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// agentMirror is one mirror block of an agent config.
+type agentMirror struct {
+	Name   string
+	Source *devcluster.Cluster
+	Topics []string
+}
+
+// agentSetup is an agent configuration file and what it says.
+type agentSetup struct {
+	Path   string // the HCL file, in a t.TempDir()
+	Listen string // the API address
+	Dir    string // where the config and the agents' logs live
+}
+
+// writeAgentConfig writes an agent config for dst and mirrors, with the API
+// on a free loopback port and debug logs (they go to files, see
+// startAgentProcess).
+func writeAgentConfig(t testing.TB, dst *devcluster.Cluster, mirrors ...agentMirror) agentSetup {
+	t.Helper()
+	quote := func(ss []string) string {
+		q := make([]string, len(ss))
+		for i, s := range ss {
+			q[i] = strconv.Quote(s)
+		}
+		return "[" + strings.Join(q, ", ") + "]"
+	}
+	s := agentSetup{Dir: t.TempDir(), Listen: freeLoopbackAddr(t)}
+	s.Path = filepath.Join(s.Dir, "agent.hcl")
+	var b strings.Builder
+	fmt.Fprintf(&b, "destination {\n  bootstrap_servers = %s\n}\n", quote(dst.Bootstrap()))
+	fmt.Fprintf(&b, "listen = %q\nlog_level = \"debug\"\n", s.Listen)
+	for _, m := range mirrors {
+		fmt.Fprintf(&b, "\nmirror %q {\n  source {\n    bootstrap_servers = %s\n  }\n  topics = %s\n}\n",
+			m.Name, quote(m.Source.Bootstrap()), quote(m.Topics))
+	}
+	if err := os.WriteFile(s.Path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// agentProcess is one `kmirror agent` process.
+type agentProcess struct {
+	t       testing.TB
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	api     *mirrorapi.Client
+	exited  chan struct{}
+	waitErr error // valid once exited is closed
+
+	// TailLines is how much of the log a failing test prints (default 60).
+	TailLines int
+}
+
+// startAgentProcess starts `kmirror agent --config setup.Path` with its
+// stdout and stderr going to DIR/NAME.log, and returns once /healthz
+// answers. If the test fails, the tail of the log is printed; the process
+// is killed at the end of the test if it still runs.
+func startAgentProcess(t testing.TB, setup agentSetup, name string) *agentProcess {
+	t.Helper()
+	bin := kmirrorBin(t)
+	logPath := filepath.Join(setup.Dir, name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close() // the child has its own descriptor
+	a := &agentProcess{
+		t: t, name: name, logPath: logPath,
+		api:       mirrorapi.NewClient("http://"+setup.Listen, ""),
+		exited:    make(chan struct{}),
+		TailLines: 60,
+	}
+	// No keep-alive: a connection to a killed agent's port must not be
+	// reused for the next agent listening there.
+	a.api.HTTP = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	a.cmd = exec.Command(bin, "agent", "--config", setup.Path)
+	a.cmd.Stdout, a.cmd.Stderr = f, f
+	if err := a.cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	go func() {
+		a.waitErr = a.cmd.Wait()
+		close(a.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-a.exited:
+		default:
+			_ = a.cmd.Process.Kill()
+			<-a.exited
+		}
+		if t.Failed() {
+			a.logTail()
+		}
+	})
+	if err := a.waitHealthy(30 * time.Second); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return a
+}
+
+// waitHealthy polls /healthz until it answers 200.
+func (a *agentProcess) waitHealthy(timeout time.Duration) error {
+	cl := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		resp, err := cl.Get(a.api.BaseURL + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-a.exited:
+			return fmt.Errorf("the agent exited before /healthz answered: %v", a.waitErr)
+		case <-tick.C:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("/healthz did not answer within %v (last error: %v)", timeout, err)
+		}
+	}
+}
+
+// Kill sends SIGKILL and waits for the process to be gone: no graceful
+// shutdown, the kernel closes its sockets.
+func (a *agentProcess) Kill() {
+	a.t.Helper()
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		a.t.Fatalf("killing %s: %v", a.name, err)
+	}
+	<-a.exited
+}
+
+// Stop asks the agent to shut down (SIGTERM) and waits for it.
+func (a *agentProcess) Stop() {
+	a.t.Helper()
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.exited:
+	case <-time.After(30 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-a.exited
+		a.t.Errorf("%s did not stop within 30s of SIGTERM", a.name)
+	}
+}
+
+// Describe returns the agent's GET /v1/mirrors.
+func (a *agentProcess) Describe(ctx context.Context) ([]mirrorapi.Mirror, error) {
+	return a.api.Describe(ctx)
+}
+
+// logTail prints the last TailLines lines of the agent's log.
+func (a *agentProcess) logTail() {
+	b, err := os.ReadFile(a.logPath)
+	if err != nil {
+		a.t.Logf("%s: reading its log: %v", a.name, err)
+		return
+	}
+	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	n := a.TailLines
+	if n <= 0 {
+		n = 60
+	}
+	from := max(0, len(lines)-n)
+	a.t.Logf("%s (exit: %v) log %s, last %d of %d lines:\n%s", a.name, a.waitErr, a.logPath, len(lines)-from, len(lines),
+		bytes.Join(lines[from:], []byte("\n")))
+}
+
+// partitions flattens a describe answer.
+func describedPartitions(ms []mirrorapi.Mirror) []mirrorapi.Partition {
+	var out []mirrorapi.Partition
+	for _, m := range ms {
+		for _, t := range m.Topics {
+			out = append(out, t.Partitions...)
+		}
+	}
+	return out
+}

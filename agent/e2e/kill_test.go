@@ -1,0 +1,552 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kmirror/kmirror/agent/fetcher"
+	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/verify"
+	"github.com/kmirror/kmirror/internal/workload"
+)
+
+// TestKillRestart kills the agent process with SIGKILL twenty times at
+// random moments while producers keep writing to the source, each time
+// starting a new agent process on the same config and state topic, and then
+// checks that the destination is offset-identical to the source: no record
+// lost, none duplicated, every offset the same, at both isolation levels.
+// One topic gets plain records, the other transactions, a third of them
+// aborted (destination transactions, fillers and the restart protocol that
+// settles the agent's transactional ids).
+//
+// The destination delays every produce request of the mirror topics by a
+// few milliseconds (network latency), so that many kills land with a write
+// in flight. A request whose agent was killed while it was delayed is held
+// further, until a new agent has read that partition's log end (its
+// ListOffsets for the high watermark) and then written 0 to 7 batches
+// there: the late request of a killed process that DESIGN §3 says the
+// broker must deduplicate or reject (same producer id, epoch and sequence
+// as the new agent's write of the same batch).
+//
+// KMIRROR_KILL_SEED=N replays a run's kill delays and latencies.
+func TestKillRestart(t *testing.T) {
+	seed := time.Now().UnixNano()
+	if s := os.Getenv("KMIRROR_KILL_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseInt(s, 10, 64); err != nil {
+			t.Fatalf("KMIRROR_KILL_SEED=%q: %v", s, err)
+		}
+	}
+	t.Logf("seed %d (rerun with KMIRROR_KILL_SEED=%d)", seed, seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 1))
+
+	const kills = 20
+	specs := []workload.Spec{{
+		Topic: "orders", Partitions: 3, Seed: seed,
+		Codecs:       workload.AllCodecs,
+		NullKeyEvery: 17, EmptyKeyEvery: 23, NullValueEvery: 29, EmptyValueEvery: 31,
+		Headers: true, ExplicitTimestamps: true,
+	}, {
+		Topic: "payments", Partitions: 3, Seed: seed + 1,
+		Codecs:  []string{workload.CodecZstd, workload.CodecNone, workload.CodecLz4, workload.CodecSnappy, workload.CodecGzip},
+		Headers: true, ExplicitTimestamps: true,
+		TransactionalID: "payments", AbortEvery: 3,
+	}}
+	var topics []string
+	for _, s := range specs {
+		topics = append(topics, s.Topic)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	src := devcluster.StartT(t, devcluster.Name("src"), devcluster.Brokers(3), devcluster.KfakeOptions(kfake.SeedTopics(3, topics...)))
+	dst := devcluster.StartT(t, devcluster.Name("dst"), devcluster.Brokers(3))
+	lat := injectLatency(t, dst.Kfake(), topics, seed)
+
+	type produced struct {
+		st  workload.Stats
+		err error
+	}
+	pctx, stopProducing := context.WithCancel(ctx)
+	defer stopProducing()
+	var pdone []chan produced
+	for _, spec := range specs {
+		prod := workload.NewProducer([]kgo.Opt{kgo.SeedBrokers(src.Bootstrap()...)}, spec, 1000)
+		done := make(chan produced, 1)
+		pdone = append(pdone, done)
+		go func() {
+			st, err := prod.Run(pctx)
+			done <- produced{st, err}
+		}()
+		if err := prod.WaitAcked(ctx, 200); err != nil {
+			t.Fatalf("producer of %s: %v", spec.Topic, err)
+		}
+	}
+
+	setup := writeAgentConfig(t, dst, agentMirror{Name: "dr", Source: src, Topics: topics})
+	a := startAgentProcess(t, setup, "agent-00")
+	var inFlight, copying, starting int
+	for i := 1; i <= kills; i++ {
+		delay := 100*time.Millisecond + time.Duration(rng.Int64N(int64(1400*time.Millisecond)))
+		select {
+		case <-ctx.Done():
+			t.Fatalf("kill %d: %v", i, ctx.Err())
+		case <-a.exited:
+			t.Fatalf("%s exited on its own: %v", a.name, a.waitErr)
+		case <-time.After(delay): // the deliberate random kill moment
+		}
+		// What the agent was doing: its own describe, then whether a
+		// write of it is in flight at the destination.
+		dctx, dcancel := context.WithTimeout(ctx, time.Second)
+		ms, derr := a.Describe(dctx)
+		dcancel()
+		busy := lat.InFlight()
+		a.Kill()
+		lat.Killed()
+		a.TailLines = 12
+		var mirrored int64
+		var retries int
+		mirroring := derr == nil
+		for _, p := range describedPartitions(ms) {
+			mirrored += p.Records
+			retries += p.Retries
+			if p.State == mirrorapi.StateFailed {
+				logBatches(ctx, t, dst, p.Topic, p.Partition)
+				t.Fatalf("before kill %d: %s/%d FAILED: %s", i, p.Topic, p.Partition, p.Reason)
+			}
+			mirroring = mirroring && p.State == mirrorapi.StateMirroring
+		}
+		switch {
+		case busy > 0:
+			inFlight++
+		case mirroring && mirrored > 0:
+			copying++
+		default:
+			starting++
+		}
+		t.Logf("kill %2d after %4dms: writes in flight %d, partitions mirroring %v, records mirrored by this process %d, retries %d",
+			i, delay.Milliseconds(), busy, mirroring, mirrored, retries)
+		lat.Arm()
+		a = startAgentProcess(t, setup, fmt.Sprintf("agent-%02d", i))
+	}
+	stopProducing()
+	var stats []workload.Stats
+	for i, done := range pdone {
+		res := <-done
+		if res.err != nil {
+			t.Fatalf("producer of %s: %v", specs[i].Topic, res.err)
+		}
+		stats = append(stats, res.st)
+	}
+	t.Logf("%d kills: %d with a write in flight, %d more while copying, %d before copying started", kills, inFlight, copying, starting)
+	for _, st := range stats {
+		t.Logf("%s: %d records produced (%d aborted), per partition %v, batches by codec %v",
+			st.Spec.Topic, st.Records, st.Aborted, st.PerPartition, st.Batches)
+	}
+
+	srcCl := newClient(t, src)
+	dstCl := newClient(t, dst)
+	ends := map[string]map[int32]int64{}
+	for _, st := range stats {
+		topic := st.Spec.Topic
+		ends[topic] = waitCaughtUp(ctx, t, srcCl, dstCl, topic, a, 60*time.Second)
+		// Markers take offsets too: a transactional topic ends past its
+		// records.
+		plain := st.Spec.TransactionalID == ""
+		for p, n := range st.PerPartition {
+			if e := ends[topic][p]; (plain && e != n) || e < n {
+				t.Errorf("%s/%d: source high watermark %d, but the producer had %d records acknowledged", topic, p, e, n)
+			}
+		}
+	}
+	// Every request of a killed agent must have been applied (or refused)
+	// before the comparison, or it could land after it.
+	lat.ReleaseAll(ctx, t)
+	held, late := lat.Stats()
+	t.Logf("late produce requests of killed agents: %d held past the kill, released %v", held, late)
+	for _, topic := range topics {
+		if again := waitCaughtUp(ctx, t, srcCl, dstCl, topic, a, 30*time.Second); fmt.Sprint(again) != fmt.Sprint(ends[topic]) {
+			t.Errorf("%s: log ends moved after the late requests settled: %v, then %v", topic, ends[topic], again)
+		}
+		assertIdentical(ctx, t, srcCl, dstCl, topic)
+	}
+	a.Stop()
+}
+
+// newClient returns a plain client of c, closed with the test.
+func newClient(t testing.TB, c *devcluster.Cluster) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Bootstrap()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// waitCaughtUp polls until every partition's destination high watermark
+// equals its source high watermark and the agent describes every partition
+// as MIRRORING with no lag, and returns the ends.
+func waitCaughtUp(ctx context.Context, t testing.TB, srcCl, dstCl *kgo.Client, topic string, a *agentProcess, timeout time.Duration) map[int32]int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	sa, da := kadm.NewClient(srcCl), kadm.NewClient(dstCl)
+	var last string
+	for {
+		ends, why := caughtUp(ctx, sa, da, topic, a)
+		if why == "" {
+			return ends
+		}
+		if strings.Contains(why, string(mirrorapi.StateFailed)) {
+			t.Fatalf("the mirror will not catch up: %s", why) // FAILED stays until recovered
+		}
+		last = why
+		select {
+		case <-ctx.Done():
+			// A goroutine dump in the agent's log shows where it waits.
+			_ = a.cmd.Process.Signal(syscall.SIGQUIT)
+			<-a.exited
+			a.TailLines = 3000
+			t.Fatalf("the destination did not catch up within %v: %s", timeout, last)
+		case <-a.exited:
+			t.Fatalf("%s exited: %v", a.name, a.waitErr)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// caughtUp returns the source ends when the mirror has caught up, else why
+// not. The agent's describe comes first: until the agent has created the
+// destination topic, a client's lookup of it is remembered as unknown for
+// the client's metadata min age (5s), which would slow the poll down.
+func caughtUp(ctx context.Context, sa, da *kadm.Client, topic string, a *agentProcess) (map[int32]int64, string) {
+	ms, err := a.Describe(ctx)
+	if err != nil {
+		return nil, fmt.Sprintf("describe: %v", err)
+	}
+	var ps []mirrorapi.Partition
+	for _, p := range describedPartitions(ms) {
+		if p.Topic == topic {
+			ps = append(ps, p)
+		}
+	}
+	if len(ps) == 0 {
+		return nil, "describe shows no partition of " + topic
+	}
+	for _, p := range ps {
+		if p.State != mirrorapi.StateMirroring || p.Lag != 0 {
+			return nil, fmt.Sprintf("%s/%d: %s %s, destination offset %d, lag %d (source high watermark %d, last stable offset %d)",
+				topic, p.Partition, p.State, p.Reason, p.DestinationOffset, p.Lag, p.SourceOffset, p.SourceLastStable)
+		}
+	}
+	se, err := sa.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = se.Error()
+	}
+	if err != nil {
+		return nil, fmt.Sprintf("source offsets: %v", err)
+	}
+	de, err := da.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = de.Error()
+	}
+	if err != nil {
+		return nil, fmt.Sprintf("destination offsets: %v", err)
+	}
+	ends := map[int32]int64{}
+	var why string
+	se.Each(func(o kadm.ListedOffset) {
+		ends[o.Partition] = o.Offset
+		if d, ok := de.Lookup(o.Topic, o.Partition); !ok || d.Offset != o.Offset {
+			why += fmt.Sprintf("partition %d: source end %d, destination end %d; ", o.Partition, o.Offset, d.Offset)
+		}
+	})
+	if why != "" {
+		return nil, why
+	}
+	if len(ps) != len(ends) {
+		return nil, fmt.Sprintf("describe shows %d partitions, the source has %d", len(ps), len(ends))
+	}
+	for _, p := range ps {
+		if p.DestinationOffset != ends[p.Partition] {
+			return nil, fmt.Sprintf("partition %d: describe says destination offset %d, the source ends at %d", p.Partition, p.DestinationOffset, ends[p.Partition])
+		}
+	}
+	return ends, ""
+}
+
+// assertIdentical runs verify at both isolation levels and fails the test
+// with its report on any mismatch.
+func assertIdentical(ctx context.Context, t testing.TB, srcCl, dstCl *kgo.Client, topic string) verify.Report {
+	t.Helper()
+	r, err := verify.Compare(ctx, srcCl, dstCl, verify.Options{
+		Topic: topic, Isolation: []verify.Isolation{verify.ReadUncommitted, verify.ReadCommitted},
+	})
+	var buf bytes.Buffer
+	_ = r.WriteText(&buf)
+	if err != nil {
+		t.Fatalf("verify: %v\n%s", err, buf.String())
+	}
+	if !r.OK() {
+		t.Fatalf("the destination is not offset-identical to the source:\n%s", buf.String())
+	}
+	var compared int64
+	for _, p := range r.Partitions {
+		compared += p.Compared
+	}
+	if compared == 0 {
+		t.Fatalf("verify compared nothing:\n%s", buf.String())
+	}
+	t.Logf("verify: %d records compared\n%s", compared, buf.String())
+	return r
+}
+
+// latency delays the destination's produce requests for one topic, like a
+// slow network, and holds those of a killed agent until a new agent has read
+// the log end of their partitions and then written 0 to 7 batches there
+// (chosen at random): 0 puts the late request between the new agent's read
+// of the end and its write of the same batch, so the broker appends the late
+// one and deduplicates the new one; 1 to 5 make the late request a
+// duplicate of a batch in the broker's window of the producer's last five;
+// 6 and 7 make it a sequence the broker refuses as out of order.
+type latency struct {
+	t      testing.TB
+	kc     *kfake.Cluster
+	topics []string
+	done   chan struct{}
+
+	mu    sync.Mutex
+	rng   *rand.Rand
+	gen   int  // incremented at every kill
+	armed bool // a new agent runs: its requests release held ones
+	held  map[*heldProduce]struct{}
+	late  map[string]int // held requests released, by when
+
+	inFlight  atomic.Int32
+	heldTotal atomic.Int32 // requests held past their agent's death
+}
+
+type heldProduce struct {
+	gen     int
+	parts   []fetcher.TP
+	release chan struct{}
+	// Under latency.mu:
+	killed   bool // its agent died while it was delayed
+	readSeen bool // a new agent has read the end of its partition
+	wait     int  // writes of the new agent to wait for after that
+	after    int  // of which still to come
+	released bool
+	when     string // what released it
+}
+
+func injectLatency(t testing.TB, kc *kfake.Cluster, topics []string, seed int64) *latency {
+	l := &latency{t: t, kc: kc, topics: topics, done: make(chan struct{}),
+		rng:  rand.New(rand.NewPCG(uint64(seed), 2)),
+		held: map[*heldProduce]struct{}{}, late: map[string]int{}}
+	t.Cleanup(func() { close(l.done) })
+	kc.ControlKey(int16(kmsg.Produce), l.onProduce)
+	kc.ControlKey(int16(kmsg.ListOffsets), l.onListOffsets)
+	return l
+}
+
+func (l *latency) onProduce(req kmsg.Request) (kmsg.Response, error, bool) {
+	var parts []fetcher.TP
+	for _, rt := range req.(*kmsg.ProduceRequest).Topics {
+		if slices.Contains(l.topics, rt.Topic) {
+			for _, rp := range rt.Partitions {
+				parts = append(parts, fetcher.TP{Topic: rt.Topic, Partition: rp.Partition})
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return nil, nil, false
+	}
+	l.mu.Lock()
+	d := time.Millisecond + time.Duration(l.rng.Int64N(int64(15*time.Millisecond)))
+	h := &heldProduce{gen: l.gen, parts: parts, release: make(chan struct{}), wait: l.rng.IntN(8)}
+	h.after = h.wait
+	l.held[h] = struct{}{}
+	l.mu.Unlock()
+	l.inFlight.Add(1)
+	l.kc.SleepControl(func() {
+		select {
+		case <-time.After(d):
+		case <-l.done:
+			return
+		}
+		l.mu.Lock()
+		h.killed = h.gen < l.gen
+		l.mu.Unlock()
+		if !h.killed {
+			return
+		}
+		// The agent that sent this died while it was on the way.
+		l.heldTotal.Add(1)
+		select {
+		case <-h.release:
+		case <-l.done:
+		case <-time.After(20 * time.Second):
+			l.t.Errorf("a produce request of a killed agent was not released within 20s")
+		}
+	})
+	l.mu.Lock()
+	delete(l.held, h)
+	if h.killed {
+		l.late[h.when]++
+	}
+	if !h.killed && h.gen == l.gen && l.armed {
+		// A write of the running agent, about to be applied: held
+		// requests waiting for it go right after it.
+		for o := range l.held {
+			if o.readSeen && !o.released && o.after > 0 && overlaps(o.parts, parts) {
+				if o.after--; o.after == 0 {
+					when := "after 1-5 writes of the new agent (a duplicate within the broker's window)"
+					if o.wait > 5 {
+						when = "after 6-7 writes of the new agent (out of sequence)"
+					}
+					l.releaseLocked(o, when)
+				}
+			}
+		}
+	}
+	l.mu.Unlock()
+	l.inFlight.Add(-1)
+	return nil, nil, false
+}
+
+// onListOffsets notes the partitions whose high watermark a new agent asks
+// for, releasing the held requests that wait for no write. The ListOffsets
+// request is answered before a released produce request runs: both are
+// handled on the cluster's one request goroutine, busy with this one.
+func (l *latency) onListOffsets(req kmsg.Request) (kmsg.Response, error, bool) {
+	lo := req.(*kmsg.ListOffsetsRequest)
+	if lo.IsolationLevel != 0 {
+		return nil, nil, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.armed {
+		return nil, nil, false
+	}
+	for _, rt := range lo.Topics {
+		if !slices.Contains(l.topics, rt.Topic) {
+			continue
+		}
+		for _, rp := range rt.Partitions {
+			if rp.Timestamp != -1 {
+				continue
+			}
+			for h := range l.held {
+				if h.gen < l.gen && !h.readSeen && overlaps(h.parts, []fetcher.TP{{Topic: rt.Topic, Partition: rp.Partition}}) {
+					h.readSeen = true
+					if h.after == 0 {
+						l.releaseLocked(h, "between the new agent's read of the end and its write")
+					}
+				}
+			}
+		}
+	}
+	return nil, nil, false
+}
+
+func (l *latency) releaseLocked(h *heldProduce, when string) {
+	if h.released {
+		return
+	}
+	h.released, h.when = true, when
+	close(h.release)
+}
+
+func overlaps(a, b []fetcher.TP) bool {
+	for _, p := range a {
+		for _, q := range b {
+			if p == q {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// InFlight is the number of the topic's produce requests being delayed or
+// held.
+func (l *latency) InFlight() int { return int(l.inFlight.Load()) }
+
+// Killed marks the requests delayed now as those of a dead agent; call it
+// once the agent is gone.
+func (l *latency) Killed() {
+	l.mu.Lock()
+	l.gen++
+	l.armed = false
+	l.mu.Unlock()
+}
+
+// Arm lets the requests of the next agent release held ones: call it just
+// before starting that agent.
+func (l *latency) Arm() {
+	l.mu.Lock()
+	l.armed = true
+	l.mu.Unlock()
+}
+
+// ReleaseAll releases every held request (production has stopped, so some
+// may wait for writes that will not come) and waits until none is left.
+func (l *latency) ReleaseAll(ctx context.Context, t testing.TB) {
+	t.Helper()
+	l.mu.Lock()
+	for h := range l.held {
+		if h.gen < l.gen {
+			l.releaseLocked(h, "after the new agent caught up")
+		}
+	}
+	l.mu.Unlock()
+	for l.InFlight() > 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("produce requests still delayed: %d", l.InFlight())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Stats returns how many requests were held past their agent's death and
+// when they were released.
+func (l *latency) Stats() (held int, late map[string]int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	late = map[string]int{}
+	for k, v := range l.late {
+		late[k] = v
+	}
+	return int(l.heldTotal.Load()), late
+}
+
+// logBatches logs the headers of the last batches of a destination
+// partition: who wrote what at the offsets where a partition failed.
+func logBatches(ctx context.Context, t testing.TB, c *devcluster.Cluster, topic string, partition int32) {
+	t.Helper()
+	hs := readBatchHeaders(ctx, t, newClient(t, c), topic, partition)
+	var lines []string
+	for _, h := range hs[max(0, len(hs)-25):] {
+		lines = append(lines, fmt.Sprintf("[%d, %d] producer id %d epoch %d sequence %d, %d records, transactional %v, control %v",
+			h.BaseOffset, h.LastOffset(), h.ProducerID, h.ProducerEpoch, h.BaseSequence, h.NumRecords, h.IsTransactional(), h.IsControl()))
+	}
+	t.Logf("destination %s/%d, last %d of %d batches:\n%s", topic, partition, len(lines), len(hs), strings.Join(lines, "\n"))
+}
