@@ -186,6 +186,9 @@ func TestKillRestart(t *testing.T) {
 		}
 		assertIdentical(ctx, t, srcCl, dstCl, topic)
 	}
+	// The source is fully decided now: no destination transaction of the
+	// agent may be left open by any of the killed agents.
+	assertNoOpenAgentTxns(t, kadm.NewClient(dstCl))
 	a.Stop()
 }
 

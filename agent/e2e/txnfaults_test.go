@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/leaders"
 	"github.com/kmirror/kmirror/agent/partition"
@@ -82,7 +84,7 @@ func (r *txnRun) finish() workload.Stats {
 	st := r.stop()
 	r.p.waitMirrored(r.t, r.a, txnFaultTopic, time.Minute)
 	r.p.assertIdentical(r.t, txnFaultTopic, identityOpts{wantRecords: st.Records})
-	assertNoOpenAgentTxns(r.t, r.p)
+	assertNoOpenAgentTxns(r.t, r.p.dstAdm)
 	return st
 }
 
@@ -93,11 +95,11 @@ func (r *txnRun) finish() workload.Stats {
 // filler transaction settled; an open one would hold the destination's last
 // stable offset (read_committed consumers stall) until its timeout aborts
 // it at a later offset.
-func assertNoOpenAgentTxns(t *testing.T, p *pair) {
+func assertNoOpenAgentTxns(t *testing.T, dstAdm *kadm.Client) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	listed, err := p.dstAdm.ListTransactions(ctx, nil, nil)
+	listed, err := dstAdm.ListTransactions(ctx, nil, nil)
 	if err != nil {
 		t.Fatalf("listing destination transactions: %v", err)
 	}
@@ -115,7 +117,7 @@ func assertNoOpenAgentTxns(t *testing.T, p *pair) {
 			t.Errorf("ListTransactions: %s (producer id %d) is Ongoing", l.TxnID, l.ProducerID)
 		}
 	}
-	described, err := p.dstAdm.DescribeTransactions(ctx, ids...)
+	described, err := dstAdm.DescribeTransactions(ctx, ids...)
 	if err != nil {
 		t.Fatalf("describing destination transactions %v: %v", ids, err)
 	}
@@ -292,7 +294,7 @@ func TestTxnFaults(t *testing.T) {
 		if t.Failed() {
 			t.FailNow()
 		}
-		assertNoOpenAgentTxns(t, r.p)
+		assertNoOpenAgentTxns(t, r.p.dstAdm)
 	})
 }
 
