@@ -110,9 +110,6 @@ func TestMain(m *testing.M) {
 		envVal.src.Close()
 		envVal.dst.Close()
 	}
-	if kmirrorBuild.dir != "" {
-		_ = os.RemoveAll(kmirrorBuild.dir)
-	}
 	os.Exit(code)
 }
 

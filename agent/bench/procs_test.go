@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"github.com/kmirror/kmirror/internal/kmirrorbin"
+
 	"bufio"
 	"bytes"
 	"errors"
@@ -21,44 +23,8 @@ import (
 // the agent's memory (its RSS must not include the clusters), and its
 // allocations (runtime.MemStats of this process must not include kfake's).
 
-var kmirrorBuild struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
-}
-
-// kmirrorBin returns $KMIRROR_BIN when it is an executable file (`make
-// bench` builds it first), else a kmirror built from this module once.
-func kmirrorBin(b testing.TB) string {
-	b.Helper()
-	if bin := os.Getenv("KMIRROR_BIN"); bin != "" {
-		if st, err := os.Stat(bin); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
-			return bin
-		}
-	}
-	kmirrorBuild.once.Do(func() {
-		out, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil {
-			kmirrorBuild.err = err
-			return
-		}
-		if kmirrorBuild.dir, err = os.MkdirTemp("", "kmirror-bench-bin-"); err != nil {
-			kmirrorBuild.err = err
-			return
-		}
-		kmirrorBuild.path = filepath.Join(kmirrorBuild.dir, "kmirror")
-		cmd := exec.Command("go", "build", "-o", kmirrorBuild.path, "./agent/cmd/kmirror")
-		cmd.Dir = filepath.Dir(strings.TrimSpace(string(out)))
-		if out, err := cmd.CombinedOutput(); err != nil {
-			kmirrorBuild.err = fmt.Errorf("go build ./agent/cmd/kmirror: %w\n%s", err, out)
-		}
-	})
-	if kmirrorBuild.err != nil {
-		b.Fatalf("building kmirror: %v", kmirrorBuild.err)
-	}
-	return kmirrorBuild.path
-}
+// kmirrorBin returns the kmirror binary the benchmark processes run.
+func kmirrorBin(b testing.TB) string { return kmirrorbin.Path(b) }
 
 // childEnv is this process's environment without the benchmark's GODEBUG
 // memory setting, so that child processes run as they would in production.

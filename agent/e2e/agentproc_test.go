@@ -12,12 +12,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/kmirrorbin"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
@@ -25,78 +25,8 @@ import (
 // kill it the way a machine or an OOM killer does: SIGKILL, no deferred
 // function, no flush, sockets closed by the kernel.
 
-// kmirrorBuild is the binary built for this test binary, shared by its tests.
-var kmirrorBuild struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// kmirrorBin returns the kmirror binary: $KMIRROR_BIN when it names an
-// executable file (the make target builds it first), else one built from
-// this module once per test binary.
-func kmirrorBin(t testing.TB) string {
-	t.Helper()
-	if bin := os.Getenv("KMIRROR_BIN"); bin != "" {
-		if st, err := os.Stat(bin); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
-			return bin
-		}
-		t.Logf("KMIRROR_BIN=%q is not an executable file: building kmirror instead", bin)
-	}
-	kmirrorBuild.once.Do(func() {
-		kmirrorBuild.path, kmirrorBuild.err = buildKmirror()
-	})
-	if kmirrorBuild.err != nil {
-		t.Fatalf("building kmirror: %v", kmirrorBuild.err)
-	}
-	return kmirrorBuild.path
-}
-
-// binDirPrefix names the directories builds go to; the pid of the test
-// binary that made one follows, so that a later run can remove the ones
-// whose test binary is gone (nothing runs at the end of a test binary that
-// has no TestMain).
-const binDirPrefix = "kmirror-e2e-bin-"
-
-func buildKmirror() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("go env GOMOD: not inside the kmirror module")
-	}
-	removeStaleBinDirs()
-	dir, err := os.MkdirTemp("", binDirPrefix+strconv.Itoa(os.Getpid())+"-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "kmirror")
-	cmd := exec.Command("go", "build", "-o", bin, "./agent/cmd/kmirror")
-	cmd.Dir = filepath.Dir(gomod)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		_ = os.RemoveAll(dir)
-		return "", fmt.Errorf("go build ./agent/cmd/kmirror: %w\n%s", err, out)
-	}
-	return bin, nil
-}
-
-// removeStaleBinDirs removes build directories of test binaries that have
-// exited.
-func removeStaleBinDirs() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), binDirPrefix+"*"))
-	for _, d := range dirs {
-		rest := strings.TrimPrefix(filepath.Base(d), binDirPrefix)
-		pid, err := strconv.Atoi(strings.SplitN(rest, "-", 2)[0])
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			_ = os.RemoveAll(d)
-		}
-	}
-}
+// kmirrorBin returns the kmirror binary the agent processes run.
+func kmirrorBin(t testing.TB) string { return kmirrorbin.Path(t) }
 
 // freeLoopbackAddr returns 127.0.0.1:PORT with a port free a moment ago.
 func freeLoopbackAddr(t testing.TB) string {
