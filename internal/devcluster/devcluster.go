@@ -48,6 +48,9 @@ type config struct {
 	logger        hclog.Logger
 	brokerConfigs map[string]string
 	kfakeOpts     []kfake.Opt
+	saslUsers     []saslUser // auth.go
+	acls          bool
+	superUsers    []string
 }
 
 // Name sets the cluster id reported in metadata, overriding "dev". Give the
@@ -92,8 +95,10 @@ func BrokerConfigs(cfgs map[string]string) Option {
 }
 
 // KfakeOptions passes options straight to kfake.NewCluster, after the ones
-// this package derives from its own options, so they win (for example SASL
-// users, ACLs, SeedTopics, MaxVersions).
+// this package derives from its own options, so they win (for example
+// SeedTopics, MaxVersions). For SASL users, ACLs and super users use
+// SASLUser, ACLs and SuperUser, which keep the strict layer and the fault
+// helpers working.
 func KfakeOptions(opts ...kfake.Opt) Option {
 	return option(func(c *config) { c.kfakeOpts = append(c.kfakeOpts, opts...) })
 }
@@ -116,6 +121,7 @@ type Cluster struct {
 	kc        *kfake.Cluster
 	name      string
 	bootstrap []string
+	auth      *internalAuth // how the helpers authenticate; nil without SASL or ACLs
 }
 
 // Start starts a cluster and returns once every broker listens.
@@ -137,6 +143,13 @@ func Start(opts ...Option) (*Cluster, error) {
 	case cfg.firstPort > 0 && cfg.firstPort+cfg.brokers-1 > 65535:
 		return nil, fmt.Errorf("devcluster: FirstPort %d with %d brokers needs ports up to %d, past 65535",
 			cfg.firstPort, cfg.brokers, cfg.firstPort+cfg.brokers-1)
+	}
+	if err := cfg.validateAuth(); err != nil {
+		return nil, err
+	}
+	authOpts, auth, err := cfg.authOptions()
+	if err != nil {
+		return nil, err
 	}
 
 	// kfake accepts connections before NewCluster returns, and the strict
@@ -170,6 +183,7 @@ func Start(opts ...Option) (*Cluster, error) {
 	if len(cfg.brokerConfigs) > 0 {
 		kopts = append(kopts, kfake.BrokerConfigs(cfg.brokerConfigs))
 	}
+	kopts = append(kopts, authOpts...)
 	kopts = append(kopts, cfg.kfakeOpts...)
 
 	kc, err := kfake.NewCluster(kopts...)
@@ -180,6 +194,7 @@ func Start(opts ...Option) (*Cluster, error) {
 		kc:        kc,
 		name:      cfg.name,
 		bootstrap: kc.ListenAddrs(), // read now: ListenAddrs blocks forever once the cluster is closed
+		auth:      auth,
 	}
 	if !cfg.lenient {
 		s := &strictValidator{
@@ -189,8 +204,12 @@ func Start(opts ...Option) (*Cluster, error) {
 			now:    time.Now,
 		}
 		s.install()
+		if !cfg.acls {
+			installSecurityDisabled(kc)
+		}
 	}
-	cfg.logger.Debug("cluster started", "name", cfg.name, "bootstrap", c.BootstrapString(), "strict", !cfg.lenient)
+	cfg.logger.Debug("cluster started", "name", cfg.name, "bootstrap", c.BootstrapString(), "strict", !cfg.lenient,
+		"auth", cfg.describeAuth())
 	return c, nil
 }
 

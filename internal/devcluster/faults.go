@@ -54,8 +54,10 @@ import (
 // A handle's Remove uninstalls its controls the next time they run and its
 // kfake faults at once.
 //
-// The helpers make their own requests with a plain client (no TLS, SASL or
-// credentials): on a cluster started with kfake.EnableACLs or SASL they fail.
+// The helpers make their own requests through opClient, which authenticates
+// as InternalUser, a super user, when the cluster was started with SASLUser
+// or ACLs (auth.go). On a cluster given SASL or ACLs only through
+// KfakeOptions they fail.
 
 // internalClientID names the connections the fault helpers open.
 const internalClientID = "kmirror-devcluster-faults"
@@ -77,10 +79,14 @@ var errClusterClosing = errors.New("devcluster: cluster closing")
 
 // opClient returns a client for the helpers' own requests.
 func (c *Cluster) opClient(opts ...kgo.Opt) (*kgo.Client, error) {
-	return kgo.NewClient(append([]kgo.Opt{
+	base := []kgo.Opt{
 		kgo.SeedBrokers(c.bootstrap...),
 		kgo.ClientID(internalClientID),
-	}, opts...)...)
+	}
+	if c.auth != nil {
+		base = append(base, c.auth.opt())
+	}
+	return kgo.NewClient(append(base, opts...)...)
 }
 
 // pinVersion makes a client send key at exactly version (kgo sends the

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -33,6 +34,11 @@ func devCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	dataDir := fs.String("data-dir", "", "keep the cluster's state in this directory across restarts (default: in memory)")
 	lenient := fs.Bool("lenient", false, "accept what kfake accepts instead of refusing what Apache Kafka refuses")
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn, error or off (kfake's request log is at debug)")
+	var saslUsers saslUserFlag
+	fs.Var(&saslUsers, "sasl-user", "NAME:PASSWORD of a SASL user (PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512); turns SASL on; repeatable")
+	acls := fs.Bool("acls", false, "turn the authorizer on: a principal may do only what ACLs allow (super users excepted)")
+	var superUsers stringsFlag
+	fs.Var(&superUsers, "super-user", "NAME of a --sasl-user that bypasses ACLs, as Kafka's super.users; repeatable")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -50,6 +56,18 @@ func devCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case *port > 0 && *port+*brokers-1 > 65535:
 		return fmt.Errorf("--port %d with --brokers %d needs ports up to %d, past 65535; choose a lower --port",
 			*port, *brokers, *port+*brokers-1)
+	}
+	users := make(map[string]bool, len(saslUsers))
+	for _, u := range saslUsers {
+		if users[u.name] {
+			return fmt.Errorf("--sasl-user %q is given twice", u.name)
+		}
+		users[u.name] = true
+	}
+	for _, s := range superUsers {
+		if !users[s] {
+			return fmt.Errorf("--super-user %q is not a --sasl-user; add --sasl-user %s:PASSWORD", s, s)
+		}
 	}
 	level := hclog.LevelFromString(*logLevel)
 	if level == hclog.NoLevel {
@@ -69,6 +87,15 @@ func devCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *lenient {
 		opts = append(opts, devcluster.Lenient())
 	}
+	for _, u := range saslUsers {
+		opts = append(opts, devcluster.SASLUser(u.name, u.pass))
+	}
+	if *acls {
+		opts = append(opts, devcluster.ACLs())
+	}
+	for _, s := range superUsers {
+		opts = append(opts, devcluster.SuperUser(s))
+	}
 	c, err := devcluster.Start(opts...)
 	if err != nil {
 		var inUse *devcluster.PortInUseError
@@ -83,7 +110,8 @@ func devCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if _, err := fmt.Fprintf(stdout, "bootstrap: %s\n", c.BootstrapString()); err != nil {
 		return fmt.Errorf("writing the bootstrap line: %w", err)
 	}
-	log.Info("cluster ready", "name", *name, "brokers", *brokers, "strict", !*lenient, "data_dir", *dataDir)
+	log.Info("cluster ready", "name", *name, "brokers", *brokers, "strict", !*lenient, "data_dir", *dataDir,
+		"sasl_users", saslUsers.names(), "acls", *acls, "super_users", []string(superUsers))
 	<-ctx.Done()
 	log.Info("shutting down")
 	return nil
@@ -96,4 +124,47 @@ func suggestPort(busy, brokers int) string {
 		return fmt.Sprintf("try --port %d, or --port 0 for free ports", next)
 	}
 	return "try --port 0 for free ports"
+}
+
+// saslUserFlag is the repeatable --sasl-user NAME:PASSWORD. The password is
+// everything after the first colon, so it may contain colons.
+type saslUserFlag []struct{ name, pass string }
+
+func (f *saslUserFlag) String() string { return strings.Join(f.names(), ",") } // never the passwords
+
+func (f *saslUserFlag) names() []string {
+	names := make([]string, 0, len(*f))
+	for _, u := range *f {
+		names = append(names, u.name)
+	}
+	return names
+}
+
+func (f *saslUserFlag) Set(v string) error {
+	name, pass, ok := strings.Cut(v, ":")
+	switch {
+	case !ok:
+		return errors.New("want NAME:PASSWORD")
+	case name == "":
+		return errors.New("the name before the colon must not be empty")
+	case pass == "":
+		return fmt.Errorf("the password of %q must not be empty", name)
+	case name == devcluster.InternalUser:
+		return fmt.Errorf("%q is reserved for the cluster's own helpers", name)
+	}
+	*f = append(*f, struct{ name, pass string }{name, pass})
+	return nil
+}
+
+// stringsFlag is a repeatable string flag.
+type stringsFlag []string
+
+func (f *stringsFlag) String() string { return strings.Join(*f, ",") }
+
+func (f *stringsFlag) Set(v string) error {
+	if v == "" {
+		return errors.New("must not be empty")
+	}
+	*f = append(*f, v)
+	return nil
 }

@@ -21,6 +21,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 // TestDevClusterFlagErrors checks that each bad value is refused before
@@ -43,6 +46,13 @@ func TestDevClusterFlagErrors(t *testing.T) {
 		{[]string{"--log-level", "loud"}, []string{`--log-level "loud"`}},
 		{[]string{"--name", ""}, []string{"--name must not be empty"}},
 		{[]string{"extra"}, []string{`unexpected argument "extra"`}},
+		{[]string{"--sasl-user", "alice"}, []string{"-sasl-user", "want NAME:PASSWORD"}},
+		{[]string{"--sasl-user", ":secret"}, []string{"-sasl-user", "name before the colon must not be empty"}},
+		{[]string{"--sasl-user", "alice:"}, []string{"-sasl-user", `password of "alice" must not be empty`}},
+		{[]string{"--sasl-user", "kmirror-devcluster-internal:x"}, []string{"-sasl-user", "reserved"}},
+		{[]string{"--sasl-user", "alice:a", "--sasl-user", "alice:b"}, []string{`--sasl-user "alice" is given twice`}},
+		{[]string{"--super-user", ""}, []string{"-super-user", "must not be empty"}},
+		{[]string{"--sasl-user", "alice:a", "--super-user", "root"}, []string{`--super-user "root" is not a --sasl-user`, "--sasl-user root:PASSWORD"}},
 		{[]string{"--port", strconv.Itoa(busyPort)}, []string{
 			"--port", fmt.Sprintf("port %d is already in use", busyPort), "try --port"}},
 	} {
@@ -63,6 +73,84 @@ func TestDevClusterFlagErrors(t *testing.T) {
 
 	if err := devCluster(context.Background(), []string{"-h"}, io.Discard, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: %v, want flag.ErrHelp (exit status 2)", err)
+	}
+}
+
+// TestDevClusterSASLAndACLs runs the command in-process with SASL users,
+// the authorizer and a super user: the super user may do anything (each
+// mechanism), a user without ACLs is refused writes with
+// TOPIC_AUTHORIZATION_FAILED, a client without SASL is refused, and the
+// passwords never reach the log.
+func TestDevClusterSASLAndACLs(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stdoutR, stdoutW := io.Pipe()
+	stderr := new(syncBuffer)
+	done := make(chan error, 1)
+	go func() {
+		done <- devCluster(ctx, []string{"--port", "0", "--acls",
+			"--sasl-user", "admin:adm:in-pass", "--sasl-user", "alice:alice-pass", "--super-user", "admin"}, stdoutW, stderr)
+		stdoutW.Close()
+	}()
+	line, err := bufio.NewReader(stdoutR).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the bootstrap line: %v (%v); stderr:\n%s", err, <-done, stderr)
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdoutR) }()
+	bootstrap, ok := strings.CutPrefix(strings.TrimSpace(line), "bootstrap: ")
+	if !ok {
+		t.Fatalf("first line %q is not the bootstrap line", line)
+	}
+	seeds := kgo.SeedBrokers(strings.Split(bootstrap, ",")...)
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer rcancel()
+
+	for i, mech := range []sasl.Mechanism{
+		plain.Auth{User: "admin", Pass: "adm:in-pass"}.AsMechanism(),
+		scram.Auth{User: "admin", Pass: "adm:in-pass"}.AsSha256Mechanism(),
+		scram.Auth{User: "admin", Pass: "adm:in-pass"}.AsSha512Mechanism(),
+	} {
+		cl, err := kgo.NewClient(seeds, kgo.SASL(mech))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		topic := fmt.Sprintf("t%d", i)
+		if _, err := kadm.NewClient(cl).CreateTopic(rctx, 1, 1, nil, topic); err != nil {
+			t.Fatalf("super user (%s) creating a topic: %v", mech.Name(), err)
+		}
+		if err := cl.ProduceSync(rctx, &kgo.Record{Topic: topic, Key: []byte("k"), Value: []byte("v")}).FirstErr(); err != nil {
+			t.Fatalf("super user (%s) producing: %v", mech.Name(), err)
+		}
+	}
+
+	alice, err := kgo.NewClient(seeds, kgo.SASL(plain.Auth{User: "alice", Pass: "alice-pass"}.AsMechanism()), kgo.RecordRetries(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alice.Close()
+	if err := alice.ProduceSync(rctx, &kgo.Record{Topic: "t0", Key: []byte("k"), Value: []byte("v")}).FirstErr(); !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Fatalf("alice without ACLs: %v, want TOPIC_AUTHORIZATION_FAILED", err)
+	}
+	anon, err := kgo.NewClient(seeds, kgo.RequestRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Close()
+	if _, err := kadm.NewClient(anon).ListTopics(rctx); err == nil {
+		t.Fatal("a client without SASL listed topics")
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("dev-cluster returned %v", err)
+	}
+	logged := stderr.String()
+	if strings.Contains(logged, "in-pass") || strings.Contains(logged, "alice-pass") {
+		t.Fatalf("a password reached the log:\n%s", logged)
+	}
+	if !strings.Contains(logged, "alice") || !strings.Contains(logged, "acls=true") {
+		t.Fatalf("the ready line does not name the users and the authorizer:\n%s", logged)
 	}
 }
 
