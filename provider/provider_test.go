@@ -1,0 +1,295 @@
+package provider
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/providerserver"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
+	"github.com/hashicorp/terraform-plugin-go/tftypes"
+
+	"github.com/kmirror/kmirror/internal/mirrorapi"
+)
+
+// server returns the provider's protocol 6 server, as Terraform sees it.
+func server(t *testing.T) tfprotov6.ProviderServer {
+	t.Helper()
+	s, err := providerserver.NewProtocol6WithError(New("test")())()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestSchemasValid(t *testing.T) {
+	resp, err := server(t).GetProviderSchema(context.Background(), &tfprotov6.GetProviderSchemaRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range resp.Diagnostics {
+		t.Errorf("schema diagnostic: %s: %s", d.Summary, d.Detail)
+	}
+	for _, name := range []string{"kafka_cluster_mirror", "kafka_mirror_topic"} {
+		if resp.ResourceSchemas[name] == nil {
+			t.Errorf("resource %s missing", name)
+		}
+	}
+	for _, name := range []string{"kafka_cluster_mirror", "kafka_cluster_mirrors", "kafka_mirror_topic"} {
+		if resp.DataSourceSchemas[name] == nil {
+			t.Errorf("data source %s missing", name)
+		}
+	}
+	if a := attribute(resp.Provider, "token"); a == nil || !a.Sensitive {
+		t.Errorf("provider token is not sensitive: %+v", a)
+	}
+	// No desired state argument until the lifecycle work: a config that
+	// sets one must fail rather than be ignored.
+	if a := attribute(resp.ResourceSchemas["kafka_mirror_topic"], "state"); a != nil {
+		t.Errorf("kafka_mirror_topic has a state attribute: %+v", a)
+	}
+	// Source security settings come later; only bootstrap_servers now.
+	src := attribute(resp.ResourceSchemas["kafka_cluster_mirror"], "source")
+	if src == nil || src.NestedType == nil || len(src.NestedType.Attributes) != 1 || src.NestedType.Attributes[0].Name != "bootstrap_servers" {
+		t.Errorf("source attributes: %+v", src)
+	}
+}
+
+func attribute(s *tfprotov6.Schema, name string) *tfprotov6.SchemaAttribute {
+	if s == nil {
+		return nil
+	}
+	for _, a := range s.Block.Attributes {
+		if a.Name == name {
+			return a
+		}
+	}
+	return nil
+}
+
+// config builds a config value of schema's type from the given attributes,
+// the others null.
+func config(t *testing.T, s *tfprotov6.Schema, vals map[string]tftypes.Value) *tfprotov6.DynamicValue {
+	t.Helper()
+	typ := s.ValueType().(tftypes.Object)
+	all := map[string]tftypes.Value{}
+	for name, at := range typ.AttributeTypes {
+		if v, ok := vals[name]; ok {
+			all[name] = v
+		} else {
+			all[name] = tftypes.NewValue(at, nil)
+		}
+	}
+	for name := range vals {
+		if _, ok := typ.AttributeTypes[name]; !ok {
+			t.Fatalf("no attribute %q", name)
+		}
+	}
+	dv, err := tfprotov6.NewDynamicValue(typ, tftypes.NewValue(typ, all))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &dv
+}
+
+func str(s string) tftypes.Value { return tftypes.NewValue(tftypes.String, s) }
+
+func strs(ss ...string) tftypes.Value {
+	vs := make([]tftypes.Value, 0, len(ss))
+	for _, s := range ss {
+		vs = append(vs, str(s))
+	}
+	return tftypes.NewValue(tftypes.List{ElementType: tftypes.String}, vs)
+}
+
+func source(servers tftypes.Value) tftypes.Value {
+	typ := tftypes.Object{AttributeTypes: map[string]tftypes.Type{"bootstrap_servers": tftypes.List{ElementType: tftypes.String}}}
+	return tftypes.NewValue(typ, map[string]tftypes.Value{"bootstrap_servers": servers})
+}
+
+func diagText(ds []*tfprotov6.Diagnostic) string {
+	var b strings.Builder
+	for _, d := range ds {
+		b.WriteString(d.Summary + ": " + d.Detail + "\n")
+	}
+	return b.String()
+}
+
+func TestResourceValidation(t *testing.T) {
+	s := server(t)
+	ctx := context.Background()
+	schemas, err := s.GetProviderSchema(ctx, &tfprotov6.GetProviderSchemaRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, typ string
+		vals      map[string]tftypes.Value
+		want      string // "" when valid
+	}{
+		{"mirror ok", "kafka_cluster_mirror", map[string]tftypes.Value{"name": str("dr"), "source": source(strs("a:9092", "[::1]:9093"))}, ""},
+		{"mirror with exclude", "kafka_cluster_mirror", map[string]tftypes.Value{"name": str("dr-1.x_y"), "source": source(strs("a:9092")), "topic_config_exclude": strs("retention.ms")}, ""},
+		{"mirror name with slash", "kafka_cluster_mirror", map[string]tftypes.Value{"name": str("d/r"), "source": source(strs("a:9092"))}, "Invalid mirror name"},
+		{"mirror name empty", "kafka_cluster_mirror", map[string]tftypes.Value{"name": str(""), "source": source(strs("a:9092"))}, "Invalid mirror name"},
+		{"bootstrap without port", "kafka_cluster_mirror", map[string]tftypes.Value{"name": str("dr"), "source": source(strs("a:9092", "kafka-2"))}, "Invalid bootstrap server"},
+		{"no bootstrap", "kafka_cluster_mirror", map[string]tftypes.Value{"name": str("dr"), "source": source(strs())}, "at least 1"},
+		{"empty exclude", "kafka_cluster_mirror", map[string]tftypes.Value{"name": str("dr"), "source": source(strs("a:9092")), "topic_config_exclude": strs()}, "at least 1"},
+		{"duplicate exclude", "kafka_cluster_mirror", map[string]tftypes.Value{"name": str("dr"), "source": source(strs("a:9092")), "topic_config_exclude": strs("x", "x")}, "duplicate"},
+		{"topic ok", "kafka_mirror_topic", map[string]tftypes.Value{"mirror": str("dr"), "topic": str("orders.v1")}, ""},
+		{"internal topic", "kafka_mirror_topic", map[string]tftypes.Value{"mirror": str("dr"), "topic": str("__consumer_offsets")}, "Invalid topic name"},
+		{"dot topic", "kafka_mirror_topic", map[string]tftypes.Value{"mirror": str("dr"), "topic": str("..")}, "Invalid topic name"},
+		{"topic with space", "kafka_mirror_topic", map[string]tftypes.Value{"mirror": str("dr"), "topic": str("a b")}, "Invalid topic name"},
+		{"topic bad mirror", "kafka_mirror_topic", map[string]tftypes.Value{"mirror": str("d r"), "topic": str("orders")}, "Invalid mirror name"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, err := s.ValidateResourceConfig(ctx, &tfprotov6.ValidateResourceConfigRequest{
+				TypeName: c.typ, Config: config(t, schemas.ResourceSchemas[c.typ], c.vals),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := diagText(resp.Diagnostics)
+			switch {
+			case c.want == "" && got != "":
+				t.Errorf("valid config refused: %s", got)
+			case c.want != "" && !strings.Contains(got, c.want):
+				t.Errorf("got diagnostics %q, want one containing %q", got, c.want)
+			}
+		})
+	}
+	// The data sources share the name rules.
+	resp, err := s.ValidateDataResourceConfig(ctx, &tfprotov6.ValidateDataResourceConfigRequest{
+		TypeName: "kafka_mirror_topic",
+		Config:   config(t, schemas.DataSourceSchemas["kafka_mirror_topic"], map[string]tftypes.Value{"mirror": str("dr"), "topic": str("__x")}),
+	})
+	if err != nil || !strings.Contains(diagText(resp.Diagnostics), "Invalid topic name") {
+		t.Errorf("data source kafka_mirror_topic accepted an internal topic: %v %s", err, diagText(resp.Diagnostics))
+	}
+}
+
+func TestParseTopicID(t *testing.T) {
+	for _, c := range []struct{ id, mirror, topic, err string }{
+		{id: "dr/orders", mirror: "dr", topic: "orders"},
+		{id: "dr.1/orders_v-2.x", mirror: "dr.1", topic: "orders_v-2.x"},
+		{id: "orders", err: "has no '/'"},
+		{id: "dr:orders", err: "has no '/'"},
+		{id: "dr/orders/0", err: "more than one '/'"},
+		{id: "/orders", err: "mirror name \"\""},
+		{id: "dr/", err: "topic name \"\""},
+		{id: "d r/orders", err: "mirror name"},
+		{id: "dr/__consumer_offsets", err: "topic name"},
+		{id: "", err: "has no '/'"},
+	} {
+		m, tp, err := parseTopicID(c.id)
+		switch {
+		case c.err == "" && (err != nil || m != c.mirror || tp != c.topic):
+			t.Errorf("parseTopicID(%q) = %q, %q, %v; want %q, %q", c.id, m, tp, err, c.mirror, c.topic)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err) || !strings.Contains(err.Error(), "MIRROR/TOPIC")):
+			t.Errorf("parseTopicID(%q) error %v, want one containing %q and naming the format", c.id, err, c.err)
+		}
+	}
+}
+
+// TestImportIDErrors goes through the protocol, as terraform import does.
+func TestImportIDErrors(t *testing.T) {
+	s := server(t)
+	ctx := context.Background()
+	for _, c := range []struct{ typ, id, want string }{
+		{"kafka_mirror_topic", "orders", "expected MIRROR/TOPIC"},
+		{"kafka_mirror_topic", "a/b/c", "more than one '/'"},
+		{"kafka_cluster_mirror", "dr/orders", "Import a mirror by its name"},
+	} {
+		resp, err := s.ImportResourceState(ctx, &tfprotov6.ImportResourceStateRequest{TypeName: c.typ, ID: c.id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := diagText(resp.Diagnostics); !strings.Contains(got, c.want) || !strings.Contains(got, "Invalid import ID") {
+			t.Errorf("import %s %q: %q, want %q", c.typ, c.id, got, c.want)
+		}
+	}
+	resp, err := s.ImportResourceState(ctx, &tfprotov6.ImportResourceStateRequest{TypeName: "kafka_mirror_topic", ID: "dr/orders"})
+	if err != nil || len(resp.Diagnostics) > 0 || len(resp.ImportedResources) != 1 {
+		t.Fatalf("import dr/orders: %v %s", err, diagText(resp.Diagnostics))
+	}
+}
+
+func TestNewClient(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	cfg := func(url, token, ca string) providerModel {
+		m := providerModel{AgentURL: types.StringNull(), Token: types.StringNull(), CACertPEM: types.StringNull(), InsecureSkipVerify: types.BoolNull()}
+		if url != "" {
+			m.AgentURL = types.StringValue(url)
+		}
+		if token != "" {
+			m.Token = types.StringValue(token)
+		}
+		if ca != "" {
+			m.CACertPEM = types.StringValue(ca)
+		}
+		return m
+	}
+	errs := func(d diag.Diagnostics) string {
+		var b strings.Builder
+		for _, e := range d {
+			b.WriteString(e.Summary() + ": " + e.Detail() + "\n")
+		}
+		return b.String()
+	}
+
+	c, d := newClient(cfg("", "", ""), env(map[string]string{EnvAddr: "https://agent:8080/", EnvToken: "t0k"}))
+	if d.HasError() || c.BaseURL != "https://agent:8080" || c.Token != "t0k" {
+		t.Errorf("env fallback: %+v %s", c, errs(d))
+	}
+	c, d = newClient(cfg("https://cfg:1", "cfgtok", ""), env(map[string]string{EnvAddr: "https://env:2", EnvToken: "envtok"}))
+	if d.HasError() || c.BaseURL != "https://cfg:1" || c.Token != "cfgtok" {
+		t.Errorf("config over env: %+v %s", c, errs(d))
+	}
+	if _, d = newClient(cfg("", "", ""), env(nil)); !strings.Contains(errs(d), "Missing kmirror agent URL") || !strings.Contains(errs(d), EnvAddr) {
+		t.Errorf("missing URL: %s", errs(d))
+	}
+	if _, d = newClient(cfg("agent:8080", "", ""), env(nil)); !strings.Contains(errs(d), "Invalid kmirror agent URL") {
+		t.Errorf("URL without scheme: %s", errs(d))
+	}
+	if _, d = newClient(cfg("https://agent:8080", "", "not a pem"), env(nil)); !strings.Contains(errs(d), "Invalid CA certificate") {
+		t.Errorf("bad CA: %s", errs(d))
+	}
+	if _, d = newClient(cfg("http://agent.example:8080", "tok", ""), env(nil)); d.HasError() || d.WarningsCount() != 1 {
+		t.Errorf("token over http: want one warning, got %s", errs(d))
+	}
+	if _, d = newClient(cfg("http://127.0.0.1:8080", "tok", ""), env(nil)); len(d) != 0 {
+		t.Errorf("token over loopback http: %s", errs(d))
+	}
+}
+
+// TestAgentErrors checks the diagnostics of an unreachable agent and of a
+// refused token.
+func TestAgentErrors(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`{"code":"UNAUTHORIZED","message":"missing or unknown bearer token"}`))
+	}))
+	defer srv.Close()
+	c := mirrorapi.NewClient(srv.URL, "wrong")
+	_, err := c.Describe(context.Background())
+	var d diag.Diagnostics
+	addAgentError(&d, c, "Cannot configure the kafka provider", err)
+	if len(d) != 1 || !strings.Contains(d[0].Summary(), "refused the token") || !strings.Contains(d[0].Detail(), EnvToken) {
+		t.Errorf("401: %+v", d)
+	}
+
+	srv.Close()
+	c = mirrorapi.NewClient(srv.URL, "")
+	c.Retries = -1
+	_, err = c.Describe(context.Background())
+	d = nil
+	addAgentError(&d, c, "Cannot configure the kafka provider", err)
+	if len(d) != 1 || !strings.Contains(d[0].Summary(), "cannot reach") || !strings.Contains(d[0].Detail(), srv.URL) ||
+		!strings.Contains(d[0].Detail(), EnvAddr) || strings.Contains(d[0].Detail(), "--agent") {
+		t.Errorf("unreachable: %+v", d)
+	}
+}

@@ -1,0 +1,244 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hashicorp/terraform-plugin-framework-validators/listvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/kmirror/kmirror/agent/topics"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
+)
+
+var (
+	_ resource.Resource                = (*clusterMirrorResource)(nil)
+	_ resource.ResourceWithConfigure   = (*clusterMirrorResource)(nil)
+	_ resource.ResourceWithImportState = (*clusterMirrorResource)(nil)
+)
+
+// NewClusterMirrorResource is kafka_cluster_mirror.
+func NewClusterMirrorResource() resource.Resource { return &clusterMirrorResource{} }
+
+type clusterMirrorResource struct {
+	client *mirrorapi.Client
+}
+
+type sourceModel struct {
+	BootstrapServers types.List `tfsdk:"bootstrap_servers"`
+}
+
+type clusterMirrorModel struct {
+	ID                 types.String `tfsdk:"id"`
+	Name               types.String `tfsdk:"name"`
+	Source             *sourceModel `tfsdk:"source"`
+	TopicConfigExclude types.List   `tfsdk:"topic_config_exclude"`
+	MaxLag             types.Int64  `tfsdk:"max_lag"`
+	StateCounts        types.Map    `tfsdk:"state_counts"`
+	TopicCount         types.Int64  `tfsdk:"topic_count"`
+	Error              types.String `tfsdk:"error"`
+}
+
+func (r *clusterMirrorResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_cluster_mirror"
+}
+
+func (r *clusterMirrorResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		Description: "A mirror on the kmirror agent: a source cluster whose topics the agent copies offset-for-offset " +
+			"into the destination cluster it runs against. Topics are added with `kafka_mirror_topic`.\n\n" +
+			"Destroying this resource deletes the mirror on the agent with force: mirroring of all its topics stops, " +
+			"and the destination topics and their data stay in place as ordinary topics.",
+		Attributes: map[string]schema.Attribute{
+			// Required attributes
+			"name": schema.StringAttribute{
+				Required:      true,
+				Description:   "Name of the mirror (" + mirrorNameRule + "). Changing it replaces the mirror.",
+				Validators:    []validator.String{mirrorNameValidator},
+				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
+			},
+			"source": schema.SingleNestedAttribute{
+				Required:    true,
+				Description: "How the agent reaches the source cluster. Changes apply in place: the mirror reconnects and resumes from the destination's log ends.",
+				Attributes: map[string]schema.Attribute{
+					"bootstrap_servers": schema.ListAttribute{
+						Required:    true,
+						ElementType: types.StringType,
+						Description: "HOST:PORT of one or more source brokers.",
+						Validators: []validator.List{
+							listvalidator.SizeAtLeast(1),
+							listvalidator.ValueStringsAre(hostPortValidator),
+						},
+					},
+				},
+			},
+			// Optional attributes
+			"topic_config_exclude": schema.ListAttribute{
+				Optional:    true,
+				ElementType: types.StringType,
+				Description: "Source topic config keys not copied to the destination (KIP-1279 `mirror.topic.properties.exclude`). " +
+					"Unset means the KIP's default list. Changes apply in place. The agent does not report this list back, " +
+					"so it is not read on refresh or import and changes made outside Terraform are not detected.",
+				Validators: []validator.List{listvalidator.SizeAtLeast(1), listvalidator.UniqueValues()},
+			},
+			// Computed attributes
+			"id": schema.StringAttribute{
+				Computed:      true,
+				Description:   "The mirror's name.",
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"max_lag": schema.Int64Attribute{
+				Computed:    true,
+				Description: "Largest lag, in records, of the mirror's partitions when last read.",
+			},
+			"state_counts": schema.MapAttribute{
+				Computed:    true,
+				ElementType: types.Int64Type,
+				Description: "Number of partitions in each state (`initializing`, `preparing`, `mirroring`, `paused`, `stopping`, `stopped`, `failed`) when last read.",
+			},
+			"topic_count": schema.Int64Attribute{
+				Computed:    true,
+				Description: "Number of topics the mirror has, whether managed by Terraform or not.",
+			},
+			"error": schema.StringAttribute{
+				Computed:    true,
+				Description: "Why the mirror is not running (for example an unreachable source), empty when it runs.",
+			},
+		},
+	}
+}
+
+func (r *clusterMirrorResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	r.client = clientFrom(req.ProviderData, &resp.Diagnostics)
+}
+
+func (r *clusterMirrorResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	var plan clusterMirrorModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() || !needClient(r.client, &resp.Diagnostics) {
+		return
+	}
+	spec := mirrorapi.MirrorSpec{Name: plan.Name.ValueString()}
+	resp.Diagnostics.Append(plan.Source.BootstrapServers.ElementsAs(ctx, &spec.Source.BootstrapServers, false)...)
+	if !plan.TopicConfigExclude.IsNull() {
+		resp.Diagnostics.Append(plan.TopicConfigExclude.ElementsAs(ctx, &spec.TopicConfigExclude, false)...)
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	m, err := r.client.Create(ctx, spec)
+	if err != nil {
+		if mirrorapi.IsCode(err, mirrorapi.CodeMirrorAlreadyExists) {
+			resp.Diagnostics.AddAttributeError(path.Root("name"), "Mirror already exists",
+				fmt.Sprintf("The kmirror agent already has a mirror named %q. To manage it with Terraform, import it: terraform import <address> %s",
+					spec.Name, spec.Name))
+			return
+		}
+		addAgentError(&resp.Diagnostics, r.client, fmt.Sprintf("Creating mirror %q", spec.Name), err)
+		return
+	}
+	resp.Diagnostics.Append(r.setFromAgent(ctx, &plan, m)...)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+// setFromAgent copies what the agent reports into model. The exclude list
+// is not reported, so it keeps its value.
+func (r *clusterMirrorResource) setFromAgent(ctx context.Context, model *clusterMirrorModel, m mirrorapi.Mirror) (diags diag.Diagnostics) {
+	model.ID = types.StringValue(m.Name)
+	model.Name = types.StringValue(m.Name)
+	bs, d := types.ListValueFrom(ctx, types.StringType, m.Source.BootstrapServers)
+	diags.Append(d...)
+	model.Source = &sourceModel{BootstrapServers: bs}
+	f, d := flattenMirror(ctx, m)
+	diags.Append(d...)
+	model.MaxLag, model.StateCounts, model.TopicCount, model.Error = f.MaxLag, f.StateCounts, f.TopicCount, f.Error
+	return diags
+}
+
+func (r *clusterMirrorResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var state clusterMirrorModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() || !needClient(r.client, &resp.Diagnostics) {
+		return
+	}
+	name := state.Name.ValueString()
+	m, err := r.client.Mirror(ctx, name)
+	if mirrorapi.IsCode(err, mirrorapi.CodeMirrorNotFound) {
+		// Deleted outside Terraform: gone from state, so the plan creates it.
+		resp.State.RemoveResource(ctx)
+		return
+	}
+	if err != nil {
+		addAgentError(&resp.Diagnostics, r.client, fmt.Sprintf("Reading mirror %q", name), err)
+		return
+	}
+	resp.Diagnostics.Append(r.setFromAgent(ctx, &state, m)...)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+}
+
+func (r *clusterMirrorResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var plan, state clusterMirrorModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() || !needClient(r.client, &resp.Diagnostics) {
+		return
+	}
+	name := plan.Name.ValueString()
+	// Topics left out (nil) keep theirs: kafka_mirror_topic manages them.
+	var spec mirrorapi.MirrorSpec
+	resp.Diagnostics.Append(plan.Source.BootstrapServers.ElementsAs(ctx, &spec.Source.BootstrapServers, false)...)
+	switch {
+	case !plan.TopicConfigExclude.IsNull():
+		resp.Diagnostics.Append(plan.TopicConfigExclude.ElementsAs(ctx, &spec.TopicConfigExclude, false)...)
+	case !state.TopicConfigExclude.IsNull():
+		// Unset again: the agent keeps a left-out list, so send the
+		// default it stands for.
+		spec.TopicConfigExclude = topics.DefaultExclude()
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	m, err := r.client.Update(ctx, name, spec)
+	if mirrorapi.IsCode(err, mirrorapi.CodeMirrorNotFound) {
+		resp.Diagnostics.AddError(fmt.Sprintf("Mirror %q no longer exists", name),
+			"The mirror was deleted outside Terraform during this run. Run terraform apply again to create it.")
+		return
+	}
+	if err != nil {
+		addAgentError(&resp.Diagnostics, r.client, fmt.Sprintf("Updating mirror %q", name), err)
+		return
+	}
+	resp.Diagnostics.Append(r.setFromAgent(ctx, &plan, m)...)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+func (r *clusterMirrorResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
+	var state clusterMirrorModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() || !needClient(r.client, &resp.Diagnostics) {
+		return
+	}
+	name := state.Name.ValueString()
+	// Forced: mirroring of every topic stops; the destination topics and
+	// their data stay.
+	err := r.client.Delete(ctx, name, true)
+	if err != nil && !mirrorapi.IsCode(err, mirrorapi.CodeMirrorNotFound) {
+		addAgentError(&resp.Diagnostics, r.client, fmt.Sprintf("Deleting mirror %q", name), err)
+	}
+}
+
+func (r *clusterMirrorResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	if !mirrorNameRE.MatchString(req.ID) {
+		resp.Diagnostics.AddError("Invalid import ID for kafka_cluster_mirror",
+			fmt.Sprintf("%q is not a mirror name (%s). Import a mirror by its name, such as: terraform import kafka_cluster_mirror.dr dr", req.ID, mirrorNameRule))
+		return
+	}
+	resource.ImportStatePassthroughID(ctx, path.Root("name"), req, resp)
+}
