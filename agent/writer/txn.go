@@ -188,7 +188,7 @@ func (w *Writer) WaitSettled(ctx context.Context, txnID string) (TxnState, error
 // ProduceTxn appends one transactional batch (already rewritten with the
 // transaction's producer id, epoch and sequence) for txnID.
 func (w *Writer) ProduceTxn(ctx context.Context, txnID, topic string, partition int32, batch []byte) (int64, error) {
-	return w.produce(ctx, &txnID, topic, partition, batch)
+	return w.produceAlone(ctx, &txnID, topic, partition, batch)
 }
 
 // WriteMarkers appends n ABORT markers for producer p directly to the

@@ -6,6 +6,7 @@ package writer
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -36,14 +37,18 @@ func ClientOpts(base []kgo.Opt) []kgo.Opt {
 
 // Writer writes to one destination cluster.
 type Writer struct {
-	cl      *kgo.Client
-	meta    *leaders.Cache
-	timeout time.Duration
+	cl          *kgo.Client
+	meta        *leaders.Cache
+	timeout     time.Duration
+	maxInflight int // produce requests in flight per broker sink
+
+	mu    sync.Mutex
+	sinks map[int32]*sink // by destination broker
 }
 
 // New returns a writer using cl, which must have been made with ClientOpts.
 func New(cl *kgo.Client, meta *leaders.Cache) *Writer {
-	return &Writer{cl: cl, meta: meta, timeout: 30 * time.Second}
+	return &Writer{cl: cl, meta: meta, timeout: 30 * time.Second, maxInflight: defaultMaxInflight, sinks: map[int32]*sink{}}
 }
 
 // Client returns the destination client.
@@ -88,12 +93,20 @@ func (e *ProduceError) Unwrap() error { return e.Err }
 // Produce appends one batch to a partition with acks=all and returns the
 // offset the leader gave its first record. A duplicate of a batch already
 // appended (same producer id, epoch and sequences) returns the original
-// offset, as Kafka answers.
+// offset, as Kafka answers. Concurrent calls for different partitions led
+// by the same broker share produce requests (sink.go); calls for one
+// partition are sent one at a time, in call order.
 func (w *Writer) Produce(ctx context.Context, topic string, partition int32, batch []byte) (int64, error) {
-	return w.produce(ctx, nil, topic, partition, batch)
+	l, err := w.meta.Leader(ctx, topic, partition)
+	if err != nil {
+		return -1, &ProduceError{Topic: topic, Partition: partition, Err: err}
+	}
+	return w.sink(l.Leader).produce(ctx, topic, partition, batch)
 }
 
-func (w *Writer) produce(ctx context.Context, txnID *string, topic string, partition int32, batch []byte) (int64, error) {
+// produceAlone sends one batch in a request of its own: a transactional
+// batch, whose request names the transactional id.
+func (w *Writer) produceAlone(ctx context.Context, txnID *string, topic string, partition int32, batch []byte) (int64, error) {
 	l, err := w.meta.Leader(ctx, topic, partition)
 	if err != nil {
 		return -1, &ProduceError{Topic: topic, Partition: partition, Err: err}
@@ -118,18 +131,8 @@ func (w *Writer) produce(ctx context.Context, txnID *string, topic string, parti
 	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
 		return -1, &ProduceError{Topic: topic, Partition: partition, Err: fmt.Errorf("malformed produce response")}
 	}
-	p := resp.Topics[0].Partitions[0]
-	if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-		if leaders.IsLeadershipError(err) {
-			w.meta.Invalidate(topic)
-		}
-		msg := ""
-		if p.ErrorMessage != nil {
-			msg = *p.ErrorMessage
-		}
-		return -1, &ProduceError{Topic: topic, Partition: partition, Err: err, Message: msg}
-	}
-	return p.BaseOffset, nil
+	r := w.answer(topicPart{topic, partition}, &resp.Topics[0].Partitions[0])
+	return r.offset, r.err
 }
 
 // Bounds returns a destination partition's log start and high watermark.

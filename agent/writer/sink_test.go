@@ -1,0 +1,471 @@
+package writer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kmirror/kmirror/agent/leaders"
+	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/recordbatch"
+)
+
+// observer watches every produce request the cluster gets (a control that
+// never handles one), records its partitions and, for the first len(release)
+// requests, holds the request until release[i] is closed.
+type observer struct {
+	kc *kfake.Cluster
+
+	mu       sync.Mutex
+	requests [][]topicPart // partitions of each request, in arrival order
+	txn      []bool        // whether each request named a transactional id
+	dups     []string      // requests with a partition twice
+
+	held    chan int // gets i when request i is held
+	release []chan struct{}
+}
+
+func observe(t *testing.T, c *devcluster.Cluster, hold int) *observer {
+	o := &observer{kc: c.Kfake(), held: make(chan int, hold+1)}
+	for range hold {
+		o.release = append(o.release, make(chan struct{}))
+	}
+	t.Cleanup(func() {
+		for i := range o.release {
+			o.releaseReq(i)
+		}
+	})
+	o.kc.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		o.kc.KeepControl()
+		req := kr.(*kmsg.ProduceRequest)
+		var parts []topicPart
+		seen := map[topicPart]bool{}
+		for _, rt := range req.Topics {
+			for _, rp := range rt.Partitions {
+				tp := topicPart{rt.Topic, rp.Partition}
+				if seen[tp] {
+					o.mu.Lock()
+					o.dups = append(o.dups, fmt.Sprint(tp))
+					o.mu.Unlock()
+				}
+				seen[tp] = true
+				parts = append(parts, tp)
+			}
+		}
+		o.mu.Lock()
+		i := len(o.requests)
+		o.requests = append(o.requests, parts)
+		o.txn = append(o.txn, req.TransactionID != nil)
+		o.mu.Unlock()
+		if i < len(o.release) {
+			o.held <- i
+			o.kc.SleepControl(func() { <-o.release[i] })
+		}
+		return nil, nil, false
+	})
+	return o
+}
+
+func (o *observer) releaseReq(i int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	select {
+	case <-o.release[i]:
+	default:
+		close(o.release[i])
+	}
+}
+
+func (o *observer) snapshot() ([][]topicPart, []bool, []string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([][]topicPart(nil), o.requests...), append([]bool(nil), o.txn...), append([]string(nil), o.dups...)
+}
+
+type fixture struct {
+	c   *devcluster.Cluster
+	cl  *kgo.Client
+	w   *Writer
+	adm *kadm.Client
+}
+
+func start(t *testing.T, opts ...devcluster.Option) *fixture {
+	t.Helper()
+	c := devcluster.StartT(t, opts...)
+	cl, err := kgo.NewClient(ClientOpts([]kgo.Opt{kgo.SeedBrokers(c.Bootstrap()...)})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return &fixture{c: c, cl: cl, w: New(cl, leaders.New(cl)), adm: kadm.NewClient(cl)}
+}
+
+func (f *fixture) topic(t *testing.T, name string, partitions int32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := f.adm.CreateTopic(ctx, partitions, 1, nil, name); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// batch builds n records for producer id pid (-1: not idempotent).
+func batch(t testing.TB, pid int64, epoch int16, seq int32, attrs int16, n int) []byte {
+	t.Helper()
+	recs := make([]recordbatch.Record, n)
+	now := time.Now().UnixMilli()
+	for i := range recs {
+		recs[i] = recordbatch.Record{Offset: int64(i), Timestamp: now, Key: []byte("k"), Value: []byte(fmt.Sprintf("v%d", i))}
+	}
+	b, err := recordbatch.Build(recordbatch.CodecNone, attrs, 0, now, pid, epoch, seq, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func plain(t testing.TB, n int) []byte { return batch(t, -1, -1, -1, 0, n) }
+
+// queued waits until the sink of topic's leader holds n queued batches.
+func (f *fixture) queued(t *testing.T, topic string, n int) {
+	t.Helper()
+	l, err := f.w.meta.Leader(context.Background(), topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := f.w.sink(l.Leader)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		got := len(s.queue)
+		s.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d batches queued, want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// metadataRequests counts from now on the metadata requests for topic
+// alone (the leader cache's lookups).
+func (f *fixture) metadataRequests(t *testing.T, topic string) func() int {
+	var mu sync.Mutex
+	n := 0
+	kc := f.c.Kfake()
+	kc.ControlKey(int16(kmsg.Metadata), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		req := kr.(*kmsg.MetadataRequest)
+		if len(req.Topics) == 1 && req.Topics[0].Topic != nil && *req.Topics[0].Topic == topic {
+			mu.Lock()
+			n++
+			mu.Unlock()
+		}
+		return nil, nil, false
+	})
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return n
+	}
+}
+
+func (f *fixture) end(t *testing.T, topic string, partition int32) int64 {
+	t.Helper()
+	b, err := f.w.Bounds(context.Background(), topic, partition)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.HighWatermark
+}
+
+type result struct {
+	off int64
+	err error
+}
+
+func (f *fixture) async(ctx context.Context, topic string, partition int32, b []byte) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		off, err := f.w.Produce(ctx, topic, partition, b)
+		ch <- result{off, err}
+	}()
+	return ch
+}
+
+func wait(t *testing.T, ch <-chan result) result {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("produce did not return")
+		return result{}
+	}
+}
+
+// Many partitions of two topics written concurrently, each partition
+// sequentially with an idempotent producer as the mirror does: every batch
+// lands where expected, requests carry several partitions and never one
+// partition twice.
+func TestProduceCoalescesConcurrentPartitions(t *testing.T) {
+	for _, inflight := range []int{1, 4} {
+		t.Run(fmt.Sprintf("inflight=%d", inflight), func(t *testing.T) {
+			f := start(t, devcluster.Brokers(2))
+			f.w.maxInflight = inflight
+			o := observe(t, f.c, 0)
+			const parts, batches = 8, 40
+			topics := []string{"a", "b"}
+			for _, tp := range topics {
+				f.topic(t, tp, parts)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			pid, epoch, err := f.w.InitProducerID(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			errs := make(chan error, len(topics)*parts)
+			for _, topic := range topics {
+				for p := range int32(parts) {
+					wg.Go(func() {
+						var next int64
+						var seq int32
+						for i := range batches {
+							n := 1 + (i+int(p))%3
+							off, err := f.w.Produce(ctx, topic, p, batch(t, pid, epoch, seq, 0, n))
+							if err != nil {
+								errs <- err
+								return
+							}
+							if off != next {
+								errs <- fmt.Errorf("%s/%d batch %d at offset %d, want %d", topic, p, i, off, next)
+								return
+							}
+							next += int64(n)
+							seq += int32(n)
+						}
+					})
+				}
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			reqs, _, dups := o.snapshot()
+			if len(dups) > 0 {
+				t.Errorf("requests with a partition twice: %v", dups)
+			}
+			most, total := 0, 0
+			for _, r := range reqs {
+				most = max(most, len(r))
+				total += len(r)
+			}
+			if want := len(topics) * parts * batches; total != want {
+				t.Errorf("%d batches sent, want %d", total, want)
+			}
+			if most < 2 {
+				t.Errorf("no request carried more than one partition (%d requests)", len(reqs))
+			}
+			t.Logf("%d batches in %d requests, at most %d per request", total, len(reqs), most)
+			for _, topic := range topics {
+				for p := range int32(parts) {
+					var want int64
+					for i := range batches {
+						want += int64(1 + (i+int(p))%3)
+					}
+					if got := f.end(t, topic, p); got != want {
+						t.Errorf("%s/%d ends at %d, want %d", topic, p, got, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A partition's error answers only that partition's caller, and a
+// leadership error invalidates the leader cache.
+func TestProduceErrorReachesOnlyItsPartition(t *testing.T) {
+	f := start(t)
+	o := observe(t, f.c, 1)
+	f.topic(t, "t", 4)
+	ctx := context.Background()
+
+	first := f.async(ctx, "t", 0, plain(t, 1))
+	<-o.held // request 0 in flight: what follows queues
+	fault := f.c.Kfake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "t", Partitions: []int32{2}, Err: kerr.NotLeaderForPartition})
+	defer fault.Remove()
+	var rs []<-chan result
+	for p := int32(1); p < 4; p++ {
+		rs = append(rs, f.async(ctx, "t", p, plain(t, 2)))
+	}
+	f.queued(t, "t", 3)
+	lookups := f.metadataRequests(t, "t")
+	o.releaseReq(0)
+	if r := wait(t, first); r.err != nil || r.off != 0 {
+		t.Fatalf("first produce: offset %d, %v", r.off, r.err)
+	}
+	for i, ch := range rs {
+		p := int32(i + 1)
+		r := wait(t, ch)
+		if p == 2 {
+			var pe *ProduceError
+			if !errors.As(r.err, &pe) || !errors.Is(r.err, kerr.NotLeaderForPartition) || pe.Partition != 2 || pe.Topic != "t" {
+				t.Errorf("partition 2: offset %d, error %v; want NOT_LEADER_FOR_PARTITION for t/2", r.off, r.err)
+			}
+			continue
+		}
+		if r.err != nil || r.off != 0 {
+			t.Errorf("partition %d: offset %d, %v", p, r.off, r.err)
+		}
+	}
+	if fault.Hits() != 1 {
+		t.Errorf("fault hit %d times", fault.Hits())
+	}
+	reqs, _, _ := o.snapshot()
+	if len(reqs) != 2 || len(reqs[1]) != 3 {
+		t.Fatalf("requests %v, want [t/0] then t/1..3 together", reqs)
+	}
+	// The partition retries alone and lands, after looking its leader up
+	// again: the error invalidated the leader cache.
+	before := lookups()
+	if off, err := f.w.Produce(ctx, "t", 2, plain(t, 2)); err != nil || off != 0 {
+		t.Errorf("retry of t/2: offset %d, %v", off, err)
+	}
+	if after := lookups(); after != before+1 {
+		t.Errorf("%d metadata requests for the retry, want 1: the leader cache was not invalidated", after-before)
+	}
+	if got := f.end(t, "t", 2); got != 2 {
+		t.Errorf("t/2 ends at %d, want 2: only the retry landed", got)
+	}
+}
+
+// A caller whose context ends returns at once, whether its batch is queued
+// (then it is never sent) or in flight with others' (which still land).
+func TestProduceCancelOneCaller(t *testing.T) {
+	f := start(t)
+	o := observe(t, f.c, 2)
+	f.topic(t, "t", 4)
+	ctx := context.Background()
+
+	first := f.async(ctx, "t", 0, plain(t, 1))
+	<-o.held
+
+	// Queued, then cancelled: never sent.
+	qctx, qcancel := context.WithCancel(ctx)
+	queued := f.async(qctx, "t", 3, plain(t, 1))
+	f.queued(t, "t", 1)
+	qcancel()
+	if r := wait(t, queued); !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("cancelled queued produce: offset %d, %v", r.off, r.err)
+	}
+	f.queued(t, "t", 0)
+
+	// In flight with another caller's batch, then cancelled.
+	ictx, icancel := context.WithCancel(ctx)
+	inflight := f.async(ictx, "t", 1, plain(t, 3))
+	other := f.async(ctx, "t", 2, plain(t, 2))
+	f.queued(t, "t", 2)
+	o.releaseReq(0)
+	if r := wait(t, first); r.err != nil || r.off != 0 {
+		t.Fatalf("first produce: offset %d, %v", r.off, r.err)
+	}
+	if i := <-o.held; i != 1 {
+		t.Fatalf("held request %d", i)
+	}
+	icancel()
+	if r := wait(t, inflight); !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("cancelled in-flight produce: offset %d, %v", r.off, r.err)
+	}
+	select {
+	case r := <-other:
+		t.Fatalf("the other caller returned before its request was answered: %d, %v", r.off, r.err)
+	default:
+	}
+	// The next batch of the cancelled partition waits for the request in
+	// flight: never two requests in flight for one partition.
+	next := f.async(ctx, "t", 1, plain(t, 1))
+	f.queued(t, "t", 1)
+	o.releaseReq(1)
+	if r := wait(t, other); r.err != nil || r.off != 0 {
+		t.Fatalf("other produce: offset %d, %v", r.off, r.err)
+	}
+	if r := wait(t, next); r.err != nil || r.off != 3 {
+		t.Fatalf("next produce of the cancelled partition: offset %d, %v; want 3 (after the cancelled batch, which landed)", r.off, r.err)
+	}
+	if got := f.end(t, "t", 3); got != 0 {
+		t.Errorf("t/3 ends at %d: the cancelled queued batch was sent", got)
+	}
+	reqs, _, _ := o.snapshot()
+	if len(reqs) != 3 || len(reqs[1]) != 2 || len(reqs[2]) != 1 {
+		t.Errorf("requests %v, want [t/0] [t/1 t/2] [t/1]", reqs)
+	}
+}
+
+// Transactional batches go alone in their request, even while plain ones
+// to the same broker are coalesced.
+func TestProduceTxnNotCoalesced(t *testing.T) {
+	f := start(t)
+	o := observe(t, f.c, 1)
+	f.topic(t, "t", 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := f.w.InitTxn(ctx, "txn", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for part := int32(2); part < 4; part++ {
+		if err := f.w.AddPartition(ctx, "txn", p, "t", part); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := f.async(ctx, "t", 0, plain(t, 1))
+	<-o.held
+	plainNext := f.async(ctx, "t", 1, plain(t, 1))
+	f.queued(t, "t", 1)
+	txns := make(chan result, 2)
+	for part := int32(2); part < 4; part++ {
+		go func() {
+			off, err := f.w.ProduceTxn(ctx, "txn", "t", part, batch(t, p.ID, p.Epoch, 0, recordbatch.AttrTransactional, 1))
+			txns <- result{off, err}
+		}()
+	}
+	// The transactional requests queue behind the held one on the
+	// connection, not in the sink.
+	time.Sleep(50 * time.Millisecond)
+	o.releaseReq(0)
+	for _, ch := range []<-chan result{first, plainNext, txns, txns} {
+		if r := wait(t, ch); r.err != nil || r.off != 0 {
+			t.Errorf("produce: offset %d, %v", r.off, r.err)
+		}
+	}
+	reqs, txn, _ := o.snapshot()
+	n := 0
+	for i, r := range reqs {
+		if txn[i] {
+			n++
+			if len(r) != 1 {
+				t.Errorf("transactional request with %v", r)
+			}
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d transactional requests, want 2: %v", n, reqs)
+	}
+	if err := f.w.EndTxn(ctx, "txn", p, true); err != nil {
+		t.Fatal(err)
+	}
+}
