@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +22,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/kmirror/kmirror/internal/kmirrorbin"
 )
 
 // TestDevClusterFlagErrors checks that each bad value is refused before
@@ -154,21 +154,6 @@ func TestDevClusterSASLAndACLs(t *testing.T) {
 	}
 }
 
-// kmirrorBinary returns the kmirror binary to run: $KMIRROR_BIN when the
-// make target already built it, else a fresh build of this package.
-func kmirrorBinary(t *testing.T) string {
-	t.Helper()
-	if bin := os.Getenv("KMIRROR_BIN"); bin != "" {
-		return bin
-	}
-	bin := filepath.Join(t.TempDir(), "kmirror")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("building kmirror: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // freePortPair returns a port P such that P and P+1 were free a moment ago.
 func freePortPair(t *testing.T) int {
 	t.Helper()
@@ -275,7 +260,7 @@ func (p *devProcess) stop(t *testing.T) int {
 // topic (strict by default), and exit 0 on SIGTERM with nothing else on
 // stdout.
 func TestDevClusterBinary(t *testing.T) {
-	bin := kmirrorBinary(t)
+	bin := kmirrorbin.Path(t)
 
 	var (
 		p         *devProcess

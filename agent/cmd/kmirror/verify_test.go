@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/kmirrorbin"
 )
 
 // verifyFixture is two dev clusters holding topic "same" (two partitions,
@@ -92,7 +93,7 @@ func (f verifyFixture) args(topic string, extra ...string) []string {
 // summary, a differing record exits 1 naming its offset with nothing on
 // stderr, and bad flags exit 2 naming the flag.
 func TestVerifyBinary(t *testing.T) {
-	bin := kmirrorBinary(t)
+	bin := kmirrorbin.Path(t)
 	f := newVerifyFixture(t)
 
 	run := func(t *testing.T, args ...string) (code int, stdout, stderr string) {
