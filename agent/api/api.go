@@ -24,6 +24,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kmirror/kmirror/agent/coordinator"
+	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
@@ -41,6 +42,10 @@ type Backend interface {
 	Update(ctx context.Context, spec coordinator.MirrorSpec) error
 	AddTopics(ctx context.Context, name string, topics []string) error
 	Delete(ctx context.Context, name string, force bool) error
+	PauseTopics(ctx context.Context, name string, topics []string) error
+	ResumeTopics(ctx context.Context, name string, topics []string) error
+	StopTopics(ctx context.Context, name string, topics []string, mode coordinator.StopMode) error
+	RecoverTopics(ctx context.Context, name string, topics []string) error
 	// Running says whether the state topic is loaded and mirrors run.
 	Running() bool
 }
@@ -81,6 +86,10 @@ var routes = []route{
 	{method: "DELETE", path: "/v1/mirrors/{name}", handle: (*Server).delete},
 	{method: "POST", path: "/v1/mirrors/{name}/topics", handle: (*Server).addTopics},
 	{method: "GET", path: "/v1/mirrors/{name}/offsets", handle: (*Server).offsets},
+	{method: "POST", path: "/v1/mirrors/{name}/topics/pause", handle: (*Server).pauseTopics},
+	{method: "POST", path: "/v1/mirrors/{name}/topics/resume", handle: (*Server).resumeTopics},
+	{method: "POST", path: "/v1/mirrors/{name}/topics/stop", handle: (*Server).stopTopics},
+	{method: "POST", path: "/v1/mirrors/{name}/topics/recover", handle: (*Server).recoverTopics},
 }
 
 // Routes returns every route as "METHOD PATH".
@@ -345,10 +354,85 @@ func (s *Server) offsets(b Backend, w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+func (s *Server) pauseTopics(b Backend, w http.ResponseWriter, r *http.Request) {
+	s.lifecycle(b, w, r, "pause", b.PauseTopics)
+}
+
+func (s *Server) resumeTopics(b Backend, w http.ResponseWriter, r *http.Request) {
+	s.lifecycle(b, w, r, "resume", b.ResumeTopics)
+}
+
+func (s *Server) recoverTopics(b Backend, w http.ResponseWriter, r *http.Request) {
+	s.lifecycle(b, w, r, "recover", b.RecoverTopics)
+}
+
+func (s *Server) stopTopics(b Backend, w http.ResponseWriter, r *http.Request) {
+	var in mirrorapi.StopTopicsRequest
+	if !decode(w, r, &in) || !checkTopics(w, in.Topics, "stop") {
+		return
+	}
+	switch in.Mode {
+	case mirrorapi.StopModeFailover, mirrorapi.StopModePromote:
+	case "":
+		writeError(w, http.StatusBadRequest, mirrorapi.CodeInvalidRequest, `mode: missing; give "failover" (stop at once, the source reachable or not) or "promote" (wait until the destination has everything the source acknowledged)`)
+		return
+	default:
+		writeError(w, http.StatusBadRequest, mirrorapi.CodeInvalidRequest, fmt.Sprintf(`mode: %q is not "failover" or "promote"`, in.Mode))
+		return
+	}
+	name := r.PathValue("name")
+	if err := b.StopTopics(r.Context(), name, in.Topics, coordinator.StopMode(in.Mode)); err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.log.Info("topics stopping", "mirror", name, "topics", in.Topics, "mode", in.Mode)
+	if m, ok := s.mirror(b, w, name); ok {
+		writeJSON(w, http.StatusAccepted, m)
+	}
+}
+
+// lifecycle serves pause, resume and recover: the operation is accepted
+// (202) and describe shows its progress.
+func (s *Server) lifecycle(b Backend, w http.ResponseWriter, r *http.Request, verb string, op func(context.Context, string, []string) error) {
+	var in mirrorapi.TopicsRequest
+	if !decode(w, r, &in) || !checkTopics(w, in.Topics, verb) {
+		return
+	}
+	name := r.PathValue("name")
+	if err := op(r.Context(), name, in.Topics); err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.log.Info("topics "+verb, "mirror", name, "topics", in.Topics)
+	if m, ok := s.mirror(b, w, name); ok {
+		writeJSON(w, http.StatusAccepted, m)
+	}
+}
+
+// checkTopics refuses an empty or malformed topic list.
+func checkTopics(w http.ResponseWriter, topics []string, verb string) bool {
+	if len(topics) == 0 {
+		writeError(w, http.StatusBadRequest, mirrorapi.CodeInvalidRequest, fmt.Sprintf("topics: give at least one topic to %s", verb))
+		return false
+	}
+	for _, t := range topics {
+		if t == "" {
+			writeError(w, http.StatusBadRequest, mirrorapi.CodeInvalidRequest, "topics: an empty topic name")
+			return false
+		}
+	}
+	return true
+}
+
 // fail answers with the status and code of a coordinator error.
 func (s *Server) fail(w http.ResponseWriter, err error) {
 	var invalid *coordinator.InvalidSpecError
+	var transition *partition.TransitionError
 	switch {
+	case errors.As(err, &transition):
+		writeError(w, http.StatusConflict, mirrorapi.CodeInvalidStateTransition, err.Error())
+	case errors.Is(err, coordinator.ErrUnknownTopic):
+		writeError(w, http.StatusNotFound, mirrorapi.CodeUnknownTopic, err.Error())
 	case errors.As(err, &invalid):
 		writeError(w, http.StatusBadRequest, mirrorapi.CodeInvalidConfig, err.Error())
 	case errors.Is(err, coordinator.ErrMirrorNotFound):

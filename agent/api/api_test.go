@@ -180,19 +180,27 @@ func TestAuth(t *testing.T) {
 	}
 	before := e.snapshot(t)
 	paths := map[string]string{
-		"GET /v1/openapi.json":           "/v1/openapi.json",
-		"GET /v1/mirrors":                "/v1/mirrors",
-		"POST /v1/mirrors":               "/v1/mirrors",
-		"GET /v1/mirrors/{name}":         "/v1/mirrors/dr",
-		"PUT /v1/mirrors/{name}":         "/v1/mirrors/dr",
-		"DELETE /v1/mirrors/{name}":      "/v1/mirrors/dr?force=true",
-		"POST /v1/mirrors/{name}/topics": "/v1/mirrors/dr/topics",
-		"GET /v1/mirrors/{name}/offsets": "/v1/mirrors/dr/offsets",
+		"GET /v1/openapi.json":                   "/v1/openapi.json",
+		"GET /v1/mirrors":                        "/v1/mirrors",
+		"POST /v1/mirrors":                       "/v1/mirrors",
+		"GET /v1/mirrors/{name}":                 "/v1/mirrors/dr",
+		"PUT /v1/mirrors/{name}":                 "/v1/mirrors/dr",
+		"DELETE /v1/mirrors/{name}":              "/v1/mirrors/dr?force=true",
+		"POST /v1/mirrors/{name}/topics":         "/v1/mirrors/dr/topics",
+		"GET /v1/mirrors/{name}/offsets":         "/v1/mirrors/dr/offsets",
+		"POST /v1/mirrors/{name}/topics/pause":   "/v1/mirrors/dr/topics/pause",
+		"POST /v1/mirrors/{name}/topics/resume":  "/v1/mirrors/dr/topics/resume",
+		"POST /v1/mirrors/{name}/topics/stop":    "/v1/mirrors/dr/topics/stop",
+		"POST /v1/mirrors/{name}/topics/recover": "/v1/mirrors/dr/topics/recover",
 	}
 	bodies := map[string]string{
-		"POST /v1/mirrors":               `{"name":"x","source":{"bootstrap_servers":["h:1"]}}`,
-		"PUT /v1/mirrors/{name}":         `{"topics":["orders","events"]}`,
-		"POST /v1/mirrors/{name}/topics": `{"topics":["events"]}`,
+		"POST /v1/mirrors":                       `{"name":"x","source":{"bootstrap_servers":["h:1"]}}`,
+		"PUT /v1/mirrors/{name}":                 `{"topics":["orders","events"]}`,
+		"POST /v1/mirrors/{name}/topics":         `{"topics":["events"]}`,
+		"POST /v1/mirrors/{name}/topics/pause":   `{"topics":["orders"]}`,
+		"POST /v1/mirrors/{name}/topics/resume":  `{"topics":["orders"]}`,
+		"POST /v1/mirrors/{name}/topics/stop":    `{"topics":["orders"],"mode":"failover"}`,
+		"POST /v1/mirrors/{name}/topics/recover": `{"topics":["orders"]}`,
 	}
 	for _, r := range api.Routes() {
 		method, pattern, _ := strings.Cut(r, " ")

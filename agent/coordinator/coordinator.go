@@ -99,7 +99,19 @@ type Config struct {
 	// HangingTxnAfter is how long a source transaction may stall a caught-up
 	// partition before describe reports it (default 30s).
 	HangingTxnAfter time.Duration
-	Logger          hclog.Logger
+	// StopTimeout bounds a failover stop of a partition (default 30s): the
+	// partition mirror is halted at a batch boundary, or cancelled, and
+	// its destination side finished within it, with the source reachable
+	// or not.
+	StopTimeout time.Duration
+	// PromoteTimeout bounds how long a promote waits for lag 0 (default
+	// 10 minutes); then the partition goes back to MIRRORING with a
+	// reason that says what it waited for.
+	PromoteTimeout time.Duration
+	// SourceFence fences writes on the source topics when a promote
+	// starts; nil fences nothing (see SourceFence).
+	SourceFence SourceFence
+	Logger      hclog.Logger
 }
 
 // Coordinator runs the mirrors of one agent.
@@ -131,6 +143,14 @@ type mirrorRecord struct {
 type partitionRecord struct {
 	State  partition.State `json:"state"`
 	Reason string          `json:"reason,omitempty"`
+	// LastMirroredOffset is the last offset mirrored: the destination end
+	// minus one when the partition paused or stopped (KIP-1279's LMO),
+	// the figure last reported otherwise (0 in records written before it
+	// was kept).
+	LastMirroredOffset int64 `json:"last_mirrored_offset"`
+	// StopMode is how a STOPPING partition stops, to finish the stop
+	// after a restart.
+	StopMode StopMode `json:"stop_mode,omitempty"`
 }
 
 // topicRecord is what the agent remembers of a mirror topic.
@@ -184,6 +204,15 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	}
 	if cfg.RefreshInterval <= 0 {
 		cfg.RefreshInterval = 30 * time.Second
+	}
+	if cfg.StopTimeout <= 0 {
+		cfg.StopTimeout = 30 * time.Second
+	}
+	if cfg.PromoteTimeout <= 0 {
+		cfg.PromoteTimeout = 10 * time.Minute
+	}
+	if cfg.SourceFence == nil {
+		cfg.SourceFence = NoSourceFence{}
 	}
 	if cfg.SourceOpts == nil {
 		cfg.SourceOpts = func(s Source) []kgo.Opt { return []kgo.Opt{kgo.SeedBrokers(s.BootstrapServers...)} }
@@ -324,6 +353,7 @@ func (c *Coordinator) startLocked(rec mirrorRecord) {
 	c.mirrors[rec.Spec.Name] = m
 	ctx, cancel := context.WithCancel(c.runCtx)
 	m.cancel = cancel // Delete (admin.go) stops one mirror
+	m.ctx = ctx
 	go m.run(ctx)
 }
 

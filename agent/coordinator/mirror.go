@@ -28,8 +28,22 @@ type TopicStatus = mirrorapi.Topic
 
 // runningPartition is a partition mirror and how to stop it.
 type runningPartition struct {
-	pm   *partition.Mirror
-	stop context.CancelFunc // nil when it does not run (restored FAILED)
+	pm *partition.Mirror
+	// stop cancels its Run; nil when it does not run under the current
+	// source connection (restored, or taken over by a lifecycle operation).
+	stop context.CancelFunc
+	// done is closed when its Run has returned (at once when it never ran).
+	done chan struct{}
+	// placeholder: the mirror starts a new partition mirror in its place
+	// at its next look (resume, recover, promote).
+	placeholder bool
+}
+
+// closedDone is the done channel of a partition that does not run.
+func closedDone() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
 }
 
 type mirror struct {
@@ -48,6 +62,17 @@ type mirror struct {
 	wg        sync.WaitGroup
 	done      chan struct{}
 	cancel    context.CancelFunc // ends run; set by startLocked
+
+	// Lifecycle operations (lifecycle.go).
+	ctx       context.Context // run's; set before anything else runs
+	ops       sync.WaitGroup  // lifecycle goroutines; run waits for them
+	stopModes map[fetcher.TP]StopMode
+	promoteBy map[fetcher.TP]time.Time // promote deadlines
+	// recovering: partitions and topics a recover cleared, until their
+	// next start.
+	recoverTPs    map[fetcher.TP]bool
+	recoverTopics map[string]bool
+	source        *sourceReader // the connected source, nil when none
 }
 
 func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
@@ -55,6 +80,8 @@ func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
 		c: c, log: c.log.Named("mirror").With("mirror", rec.Spec.Name), rec: rec, spec: rec.Spec,
 		topicErrs: map[string]string{}, parts: map[fetcher.TP]*runningPartition{},
 		refresh: make(chan struct{}, 1), done: make(chan struct{}),
+		stopModes: map[fetcher.TP]StopMode{}, promoteBy: map[fetcher.TP]time.Time{}, recoverTPs: map[fetcher.TP]bool{}, recoverTopics: map[string]bool{},
+		ctx: context.Background(),
 	}
 }
 
@@ -87,6 +114,7 @@ func (m *mirror) wait() { <-m.done }
 // running until ctx ends, retrying the connection with backoff.
 func (m *mirror) run(ctx context.Context) {
 	defer close(m.done)
+	defer m.ops.Wait()
 	defer m.wg.Wait()
 	backoff := time.Second
 	for ctx.Err() == nil {
@@ -139,6 +167,7 @@ func (m *mirror) runConnected(ctx context.Context) error {
 	f := fetcher.New(src, srcMeta, fetcher.Options{Budget: m.c.budget, Logger: m.log.Named("fetcher")})
 	m.mu.Lock()
 	m.fetch = f
+	m.source = &sourceReader{src, srcMeta}
 	m.mu.Unlock()
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -150,8 +179,16 @@ func (m *mirror) runConnected(ctx context.Context) error {
 		cancel()
 		m.wg.Wait()
 		m.mu.Lock()
-		m.parts = map[fetcher.TP]*runningPartition{}
+		// Partitions that ran under this connection start again from
+		// their persisted state at the next; those that do not run
+		// (paused, stopped, failed, or being stopped) stay.
+		for tp, rp := range m.parts {
+			if rp.stop != nil {
+				delete(m.parts, tp)
+			}
+		}
 		m.fetch = nil
+		m.source = nil
 		m.mu.Unlock()
 	}()
 	t := time.NewTicker(m.c.cfg.RefreshInterval)
@@ -190,16 +227,46 @@ func (m *mirror) syncTopics(ctx context.Context, mgr *topics.Manager, source sou
 
 func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sourceReader, f *fetcher.Fetcher, topic string) error {
 	name := m.rec.Spec.Name
+	if m.restoreStoppedTopic(topic) {
+		// A stopped topic is an ordinary destination topic now: neither
+		// its configs nor its partitions follow the source any more.
+		return nil
+	}
 	info, err := mgr.Ensure(ctx, topic)
 	if err != nil {
 		return err
 	}
 	var tr topicRecord
 	srcID, dstID := topicID(info.SourceTopicID), topicID(info.DestinationTopicID)
+	m.mu.Lock()
+	recovering := m.recoverTopics[topic]
+	delete(m.recoverTopics, topic)
+	m.mu.Unlock()
 	if m.c.getJSON(topicKey(name, topic), &tr) {
+		if tr.SourceTopicID != srcID && srcID != (topicID{}) && recovering {
+			err := fmt.Errorf("source topic %q was recreated (topic id %s, mirrored %s): a recover cannot re-align it, as the destination holds the old topic's records at the offsets the new one reuses; the destination topic must be recreated (its records moved aside) to mirror the new source topic",
+				topic, info.SourceTopicID, tr.SourceTopicID)
+			m.failTopic(ctx, topic, info.SourcePartitions, err.Error())
+			return err
+		}
+		if tr.DestinationTopicID != dstID && tr.DestinationTopicID != (topicID{}) && dstID != (topicID{}) && recovering {
+			// The records mirrored into the old destination topic are
+			// gone: mirror into the new one from its end.
+			m.log.Warn("recover: mirroring into the recreated destination topic", "topic", topic, "topic_id", dstID)
+			tr.DestinationTopicID = dstID
+			if err := m.c.putJSON(ctx, topicKey(name, topic), tr); err != nil {
+				return err
+			}
+		}
 		if tr.SourceTopicID != srcID && srcID != (topicID{}) {
 			err := fmt.Errorf("source topic %q was recreated (topic id %s, mirrored %s): its offsets no longer match the destination's; recover the topic to mirror it again",
 				topic, info.SourceTopicID, tr.SourceTopicID)
+			for _, pr := range m.persistedPartitions(topic) {
+				if pr.State == partition.Failed && strings.Contains(pr.Reason, "a recover cannot re-align it") {
+					err = errors.New(pr.Reason) // a recover said so already
+					break
+				}
+			}
 			m.failTopic(ctx, topic, info.SourcePartitions, err.Error())
 			return err
 		}
@@ -229,40 +296,51 @@ func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 	for p := int32(0); p < info.SourcePartitions; p++ {
 		tp := fetcher.TP{Topic: topic, Partition: p}
 		m.mu.Lock()
-		_, running := m.parts[tp]
+		rp, running := m.parts[tp]
+		if running && rp.placeholder {
+			running = false
+		}
 		m.mu.Unlock()
 		if running {
 			continue
 		}
-		var pr partitionRecord
-		if m.c.getJSON(partitionKey(name, tp), &pr) && pr.State == partition.Failed {
-			// A failed partition stays failed across restarts until it
-			// is recovered explicitly.
-			pm := partition.New(partition.Config{Mirror: name, TP: tp})
-			pm.Restore(pr.State, pr.Reason)
-			m.mu.Lock()
-			m.parts[tp] = &runningPartition{pm: pm}
-			m.mu.Unlock()
-			continue
-		}
-		pm := partition.New(partition.Config{
+		m.mu.Lock()
+		recovering := m.recoverTPs[tp]
+		delete(m.recoverTPs, tp)
+		m.mu.Unlock()
+		cfg := partition.Config{
 			Mirror: name, TP: tp, ProducerID: m.rec.ProducerID, Epoch: m.rec.Epoch, KeyedPad: keyed,
 			Fetcher: f, Source: source, Writer: m.c.writer, Checkpoints: checkpoints{m.c, name}, Fillers: m.c.cfg.Fillers,
-			HangingAfter: m.c.cfg.HangingTxnAfter,
-			OnChange:     func(st partition.Status) { m.persistPartition(ctx, tp, st) },
-			Logger:       m.log.Named("partition"),
-		})
+			HangingAfter: m.c.cfg.HangingTxnAfter, Recovering: recovering,
+			OnChange: func(st partition.Status) { m.persistPartition(ctx, tp, st) },
+			Logger:   m.log.Named("partition"),
+		}
+		var pr partitionRecord
+		persisted := m.c.getJSON(partitionKey(name, tp), &pr)
+		if persisted && m.restorePartition(tp, cfg, pr) {
+			// Failed, paused and stopped partitions stay so across
+			// restarts until an operation moves them; a failover stop
+			// that was under way is finished.
+			continue
+		}
+		pm := partition.New(cfg)
 		pctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
 		m.mu.Lock()
-		m.parts[tp] = &runningPartition{pm: pm, stop: stop}
+		m.parts[tp] = &runningPartition{pm: pm, stop: stop, done: done}
 		m.mu.Unlock()
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
+			defer close(done)
 			defer f.Remove(tp)
 			defer stop()
 			pm.Run(pctx)
 		}()
+		if persisted && pr.State == partition.Stopping && pr.StopMode == StopPromote {
+			// A promote that was under way waits for lag 0 again.
+			m.startPromote(tp, pm)
+		}
 	}
 	return nil
 }
@@ -275,11 +353,16 @@ func (m *mirror) failTopic(ctx context.Context, topic string, partitions int32, 
 		m.mu.Lock()
 		rp, ok := m.parts[tp]
 		if !ok {
-			rp = &runningPartition{pm: partition.New(partition.Config{Mirror: m.rec.Spec.Name, TP: tp})}
+			rp = &runningPartition{pm: m.idlePartition(tp), done: closedDone()}
 			m.parts[tp] = rp
 		}
+		if s := rp.pm.Status().State; s == partition.Stopped || s == partition.Stopping {
+			// Stopped is final, and a stop under way finishes.
+			m.mu.Unlock()
+			continue
+		}
 		stop := rp.stop
-		rp.stop = nil
+		rp.stop, rp.placeholder = nil, false
 		m.mu.Unlock()
 		if stop != nil {
 			stop()
@@ -293,7 +376,13 @@ func (m *mirror) failTopic(ctx context.Context, topic string, partitions int32, 
 }
 
 func (m *mirror) persistPartition(ctx context.Context, tp fetcher.TP, st partition.Status) {
-	if err := m.c.putJSON(ctx, partitionKey(m.rec.Spec.Name, tp), partitionRecord{State: st.State, Reason: st.Reason}); err != nil && !errors.Is(err, context.Canceled) {
+	rec := partitionRecord{State: st.State, Reason: st.Reason, LastMirroredOffset: st.LastMirrored}
+	if st.State == partition.Stopping {
+		m.mu.Lock()
+		rec.StopMode = m.stopModes[tp]
+		m.mu.Unlock()
+	}
+	if err := m.c.putJSON(ctx, partitionKey(m.rec.Spec.Name, tp), rec); err != nil && !errors.Is(err, context.Canceled) {
 		m.log.Error("persisting partition state", "partition", tp.String(), "error", err)
 	}
 }

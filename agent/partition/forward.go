@@ -21,11 +21,19 @@ func (m *Mirror) copy(ctx context.Context) error {
 	// behind it brings no chunk: the clock reports it.
 	tick := time.NewTicker(max(m.cfg.HangingAfter/4, 10*time.Millisecond))
 	defer tick.Stop()
+	halt := m.halt
 	for {
 		var c fetcher.Chunk
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-halt:
+			if m.haltClean.Load() && m.data.open {
+				// Halt where no transaction of aborted records is open.
+				halt = nil
+				continue
+			}
+			return errHalted
 		case <-tick.C:
 			m.reportHanging()
 			continue
@@ -39,6 +47,9 @@ func (m *Mirror) copy(ctx context.Context) error {
 		f.Done(c)
 		if err != nil {
 			return err
+		}
+		if halt == nil && !m.data.open {
+			return errHalted
 		}
 	}
 }

@@ -17,7 +17,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -97,6 +99,10 @@ type Config struct {
 	Logger   hclog.Logger
 	// PadBatch is the number of records per padding batch (default 20000).
 	PadBatch int
+	// Recovering says the partition runs after a recover: a failure that
+	// asks for a recover again says instead that the destination cannot
+	// be re-aligned.
+	Recovering bool
 	// HangingAfter is how long a source transaction may hold the source's
 	// last stable offset, with the mirror caught up to it, before describe
 	// says so (default 30s).
@@ -130,6 +136,15 @@ type Mirror struct {
 	// or reached by its own acknowledged writes), in memory only: an end
 	// below it at resync means the destination lost records.
 	seenEnd int64
+
+	// halt asks Run to return at the next batch boundary (Halt).
+	halt      chan struct{}
+	haltOnce  sync.Once
+	haltClean atomic.Bool
+	// stopping, while set, keeps the reported state STOPPING with
+	// stopReason whatever Run reaches (a promote waiting for lag 0).
+	stopping   bool
+	stopReason string
 
 	mu       sync.Mutex
 	st       Status
@@ -168,7 +183,140 @@ func New(cfg Config) *Mirror {
 	m.st = Status{Mirror: cfg.Mirror, Topic: cfg.TP.Topic, Partition: cfg.TP.Partition, State: Initializing, LastMirrored: -1}
 	m.caughtUp = time.Now()
 	m.stalledAt = -1
+	m.halt = make(chan struct{})
 	return m
+}
+
+// Halt asks Run to return at the next batch boundary: between two fetched
+// chunks, or during a retry's backoff. With clean set (a pause), Run
+// mirrors on until no destination transaction of aborted source records is
+// open, so that none holds the destination's last stable offset, or times
+// out, while the partition is paused. Nothing is written after Run returns;
+// a caller that cannot wait cancels Run's context instead, which is as safe
+// as a crash (the next run rebuilds its position from the destination).
+// Halt may be called more than once; the first call decides clean.
+func (m *Mirror) Halt(clean bool) {
+	m.haltOnce.Do(func() {
+		m.haltClean.Store(clean)
+		close(m.halt)
+	})
+}
+
+// SourceBounds reads the source partition's log start, last stable offset
+// and high watermark.
+func (m *Mirror) SourceBounds(ctx context.Context) (leaders.Bounds, error) {
+	if m.cfg.Source == nil {
+		return leaders.Bounds{}, errors.New("the source is not connected")
+	}
+	return m.cfg.Source.Bounds(ctx, m.cfg.TP.Topic, m.cfg.TP.Partition)
+}
+
+// DestinationBounds reads the destination partition's bounds.
+func (m *Mirror) DestinationBounds(ctx context.Context) (leaders.Bounds, error) {
+	if m.cfg.Writer == nil {
+		return leaders.Bounds{}, errors.New("no destination writer")
+	}
+	return m.cfg.Writer.Bounds(ctx, m.cfg.TP.Topic, m.cfg.TP.Partition)
+}
+
+// errHalted ends Run after Halt.
+var errHalted = errors.New("halted")
+
+// SetStopping reports the partition as STOPPING with reason while it may
+// still run (a promote waiting for lag 0), whatever state Run reaches,
+// until ClearStopping. OnChange hears of the state change, not of later
+// changes of the reason alone (a promote's progress, updated often).
+func (m *Mirror) SetStopping(reason string) {
+	m.mu.Lock()
+	m.stopping, m.stopReason = true, reason
+	changed := m.st.State != Stopping
+	m.st.State, m.st.Reason = Stopping, reason
+	st := m.st
+	m.mu.Unlock()
+	if changed && m.cfg.OnChange != nil {
+		m.cfg.OnChange(st)
+	}
+}
+
+// ClearStopping ends SetStopping: the partition is MIRRORING again, with
+// reason.
+func (m *Mirror) ClearStopping(reason string) {
+	m.mu.Lock()
+	m.stopping = false
+	changed := m.st.State == Stopping
+	if changed {
+		m.st.State, m.st.Reason = Mirroring, reason
+	}
+	st := m.st
+	m.mu.Unlock()
+	if changed && m.cfg.OnChange != nil {
+		m.cfg.OnChange(st)
+	}
+}
+
+// RestoreOffsets sets the last mirrored offset read from the state topic on
+// a mirror that will not run (PAUSED, STOPPED).
+func (m *Mirror) RestoreOffsets(lastMirrored int64) {
+	m.mu.Lock()
+	m.st.LastMirrored = lastMirrored
+	m.st.DestinationOffset = lastMirrored + 1
+	m.mu.Unlock()
+}
+
+// Finish ends the destination side of a partition whose Run has returned
+// (or never ran), for STOPPED: it aborts the agent's destination
+// transactions still open (at a stop, an open transaction of aborted
+// source records belongs to a source transaction that aborted, so aborting
+// keeps its fate; an open filler transaction hides nothing), waits until
+// their markers are written, and reads the destination end, whose offset
+// minus one is the last mirrored offset. It needs the destination only, so
+// it completes with the source unreachable. It sets nothing; the caller
+// records the state.
+func (m *Mirror) Finish(ctx context.Context) (lastMirrored int64, err error) {
+	if m.cfg.Writer == nil {
+		return -1, errors.New("no destination writer")
+	}
+	ids := []string{m.data.id}
+	if m.cfg.Fillers == FillCoordinator {
+		ids = append(ids, m.fill.id)
+	}
+	for _, id := range ids {
+		if err := m.abortOpen(ctx, id); err != nil {
+			return -1, err
+		}
+	}
+	tp := m.cfg.TP
+	b, err := m.cfg.Writer.Bounds(ctx, tp.Topic, tp.Partition)
+	if err != nil {
+		return -1, fmt.Errorf("reading the destination end: %w", err)
+	}
+	m.mu.Lock()
+	m.st.DestinationOffset = b.HighWatermark
+	m.st.LastMirrored = b.HighWatermark - 1
+	m.st.Lag = max(0, m.st.SourceOffset-b.HighWatermark)
+	m.mu.Unlock()
+	return b.HighWatermark - 1, nil
+}
+
+// abortOpen aborts transactional id txnID's transaction when it is ongoing,
+// and waits until no marker of it is on its way.
+func (m *Mirror) abortOpen(ctx context.Context, txnID string) error {
+	w := m.cfg.Writer
+	st, err := w.DescribeTxn(ctx, txnID)
+	if err != nil {
+		return fmt.Errorf("describing destination transaction %q: %w", txnID, err)
+	}
+	if st.Open() {
+		if err := w.EndTxn(ctx, txnID, st.Producer, false); err != nil {
+			return fmt.Errorf("aborting destination transaction %q: %w", txnID, err)
+		}
+	} else if st.Settled() {
+		return nil
+	}
+	if _, err := w.WaitSettled(ctx, txnID); err != nil {
+		return fmt.Errorf("waiting for the abort of destination transaction %q: %w", txnID, err)
+	}
+	return nil
 }
 
 // Status returns the partition's current figures.
@@ -192,6 +340,9 @@ func (m *Mirror) Restore(s State, reason string) {
 
 func (m *Mirror) setState(s State, reason string) {
 	m.mu.Lock()
+	if m.stopping && s != Failed {
+		s, reason = Stopping, m.stopReason
+	}
 	changed := m.st.State != s || m.st.Reason != reason
 	m.st.State, m.st.Reason = s, reason
 	st := m.st
@@ -222,6 +373,11 @@ func fail(format string, args ...any) error { return &failure{fmt.Sprintf(format
 func (m *Mirror) Run(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
+		select {
+		case <-m.halt:
+			return
+		default:
+		}
 		started := time.Now()
 		err := m.runOnce(ctx)
 		if time.Since(started) > 10*time.Second {
@@ -232,9 +388,16 @@ func (m *Mirror) Run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, errHalted) {
+			return
+		}
 		var f *failure
 		if errors.As(err, &f) {
-			m.setState(Failed, f.reason)
+			reason := f.reason
+			if m.cfg.Recovering && strings.Contains(reason, recoverHint) {
+				reason = strings.Replace(reason, recoverHint, cannotAlign, 1)
+			}
+			m.setState(Failed, reason)
 			m.closeDataTxn(ctx)
 			return
 		}
@@ -245,6 +408,8 @@ func (m *Mirror) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-m.halt:
+			return
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 5*time.Second)
@@ -253,6 +418,13 @@ func (m *Mirror) Run(ctx context.Context) {
 		}
 	}
 }
+
+// recoverHint ends the reasons of failures a recover may clear; after a
+// recover that did not, cannotAlign replaces it.
+const (
+	recoverHint = "recover the partition to re-align it"
+	cannotAlign = "a recover could not re-align the destination with the source: the destination topic must be recreated (its records moved aside) before this partition can mirror again"
+)
 
 // errResync asks Run to rebuild the position from the destination at once.
 var errResync = errors.New("resync")

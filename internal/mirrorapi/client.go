@@ -104,6 +104,32 @@ func (c *Client) AddTopics(ctx context.Context, name string, topics []string) (M
 	return out, err
 }
 
+// PauseTopics pauses topics of mirror (POST
+// /v1/mirrors/{name}/topics/pause); it returns once they are paused.
+func (c *Client) PauseTopics(ctx context.Context, mirror string, topics []string) error {
+	return c.do(ctx, http.MethodPost, mirrorPath(mirror)+"/topics/pause", TopicsRequest{Topics: topics}, nil)
+}
+
+// ResumeTopics resumes paused topics of mirror (POST
+// /v1/mirrors/{name}/topics/resume); poll Mirror for the partitions to
+// reach MIRRORING.
+func (c *Client) ResumeTopics(ctx context.Context, mirror string, topics []string) error {
+	return c.do(ctx, http.MethodPost, mirrorPath(mirror)+"/topics/resume", TopicsRequest{Topics: topics}, nil)
+}
+
+// StopTopics stops mirroring topics of mirror (POST
+// /v1/mirrors/{name}/topics/stop) with mode StopModeFailover or
+// StopModePromote; poll Mirror for the partitions to reach STOPPED.
+func (c *Client) StopTopics(ctx context.Context, mirror string, topics []string, mode string) error {
+	return c.do(ctx, http.MethodPost, mirrorPath(mirror)+"/topics/stop", StopTopicsRequest{Topics: topics, Mode: mode}, nil)
+}
+
+// RecoverTopics recovers failed topics of mirror (POST
+// /v1/mirrors/{name}/topics/recover); poll Mirror for the outcome.
+func (c *Client) RecoverTopics(ctx context.Context, mirror string, topics []string) error {
+	return c.do(ctx, http.MethodPost, mirrorPath(mirror)+"/topics/recover", TopicsRequest{Topics: topics}, nil)
+}
+
 // Offsets returns mirror name's last mirrored offsets (GET
 // /v1/mirrors/{name}/offsets), of topic only when topic is not empty.
 func (c *Client) Offsets(ctx context.Context, name, topic string) (OffsetsResponse, error) {

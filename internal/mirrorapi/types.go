@@ -101,6 +101,28 @@ type AddTopicsRequest struct {
 	Topics []string `json:"topics"`
 }
 
+// TopicsRequest is the body of POST /v1/mirrors/{name}/topics/pause,
+// /resume and /recover.
+type TopicsRequest struct {
+	Topics []string `json:"topics"`
+}
+
+// StopTopicsRequest is the body of POST /v1/mirrors/{name}/topics/stop.
+type StopTopicsRequest struct {
+	Topics []string `json:"topics"`
+	// Mode is StopModeFailover or StopModePromote.
+	Mode string `json:"mode"`
+}
+
+// The stop modes.
+const (
+	// StopModeFailover stops at once, the source reachable or not.
+	StopModeFailover = "failover"
+	// StopModePromote waits until the destination has everything the
+	// source acknowledged (RPO 0), then stops.
+	StopModePromote = "promote"
+)
+
 // OffsetsResponse is the body of GET /v1/mirrors/{name}/offsets: the last
 // mirrored offset of every partition (KIP-1279's LastMirroredOffsets).
 type OffsetsResponse struct {
@@ -136,7 +158,10 @@ const (
 	CodeMirrorHasTopics      = "MIRROR_HAS_TOPICS"
 	CodeTopicAlreadyMirrored = "TOPIC_ALREADY_MIRRORED"
 	CodeUnknownTopic         = "UNKNOWN_TOPIC_OR_PARTITION"
-	CodeNotReady             = "COORDINATOR_LOAD_IN_PROGRESS" // the agent is still loading its state
-	CodeNotFound             = "NOT_FOUND"                    // no such route
-	CodeInternal             = "UNKNOWN_SERVER_ERROR"
+	// CodeInvalidStateTransition: the operation does not apply to a
+	// partition's state; the message says what does.
+	CodeInvalidStateTransition = "INVALID_STATE_TRANSITION"
+	CodeNotReady               = "COORDINATOR_LOAD_IN_PROGRESS" // the agent is still loading its state
+	CodeNotFound               = "NOT_FOUND"                    // no such route
+	CodeInternal               = "UNKNOWN_SERVER_ERROR"
 )

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kmirror/kmirror/agent/api"
+	"github.com/kmirror/kmirror/agent/coordinator"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
+)
+
+// lifecycleBackend moves a two-partition topic to the state an operation
+// asks for, one partition per describe call, and records the calls.
+type lifecycleBackend struct {
+	api.Backend
+	mu      sync.Mutex
+	target  mirrorapi.State
+	reached int
+	calls   []string
+}
+
+func (b *lifecycleBackend) Running() bool { return true }
+
+func (b *lifecycleBackend) Describe() []coordinator.MirrorStatus {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var ps []mirrorapi.Partition
+	counts := map[mirrorapi.State]int{}
+	for i := range 2 {
+		st := mirrorapi.StateMirroring
+		if i < b.reached {
+			st = b.target
+		}
+		counts[st]++
+		ps = append(ps, mirrorapi.Partition{Mirror: "dr", Topic: "orders", Partition: int32(i), State: st, Lag: int64(2 - b.reached)})
+	}
+	if b.target != "" && b.reached < 2 {
+		b.reached++
+	}
+	return []coordinator.MirrorStatus{{Name: "dr", StateCounts: counts, Topics: []mirrorapi.Topic{{Name: "orders", Partitions: ps}}}}
+}
+
+func (b *lifecycleBackend) op(call string, target mirrorapi.State) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls = append(b.calls, call)
+	b.target, b.reached = target, 0
+	return nil
+}
+
+func (b *lifecycleBackend) PauseTopics(_ context.Context, name string, topics []string) error {
+	return b.op("pause "+name+" "+strings.Join(topics, ","), mirrorapi.StatePaused)
+}
+
+func (b *lifecycleBackend) StopTopics(_ context.Context, name string, topics []string, mode coordinator.StopMode) error {
+	return b.op("stop "+name+" "+strings.Join(topics, ",")+" "+string(mode), mirrorapi.StateStopped)
+}
+
+// TestLifecycleVerbs runs pause and stop with --wait against the API, and
+// the bad command lines.
+func TestLifecycleVerbs(t *testing.T) {
+	b := &lifecycleBackend{}
+	srv := httptest.NewServer(api.Handler(b, api.Options{}))
+	defer srv.Close()
+	t.Setenv("KMIRROR_ADDR", srv.URL)
+	out, err := capture(t, lifecycleVerb("pause"), "--mirror", "dr", "--topic", "orders", "--wait", "--timeout", "20s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "2/2 partitions PAUSED; states PAUSED=2; lag 0") {
+		t.Errorf("pause --wait printed:\n%s", out)
+	}
+	out, err = capture(t, lifecycleVerb("stop"), "--mirror", "dr", "--topic", "orders", "--mode", "promote", "--wait")
+	if err != nil || !strings.Contains(out, "2/2 partitions STOPPED") {
+		t.Errorf("stop --wait: %v\n%s", err, out)
+	}
+	if want := []string{"pause dr orders", "stop dr orders promote"}; strings.Join(b.calls, ";") != strings.Join(want, ";") {
+		t.Errorf("calls %q, want %q", b.calls, want)
+	}
+	for _, args := range [][]string{
+		{"--topic", "orders"},
+		{"--mirror", "dr"},
+		{"--mirror", "dr", "--topic", "orders", "--mode", "later"},
+	} {
+		if _, err := capture(t, lifecycleVerb("stop"), args...); err == nil {
+			t.Errorf("stop %q: no error", args)
+		}
+	}
+	// A timeout says where the partitions are.
+	b.op("none", "")
+	_ = b.Describe
+	_, err = capture(t, func(ctx context.Context, _ []string) error {
+		return waitTopics(ctx, mirrorapi.NewClient(srv.URL, ""), "dr", []string{"orders"}, mirrorapi.StatePaused, 700*time.Millisecond)
+	})
+	if err == nil || !strings.Contains(err.Error(), "timed out") || !strings.Contains(err.Error(), "MIRRORING=2") {
+		t.Errorf("wait timeout: %v", err)
+	}
+}

@@ -1,0 +1,632 @@
+package coordinator
+
+// The lifecycle operations on mirror topics: pause, resume, stop (failover
+// or promote) and recover. Each checks every partition of every topic named
+// against partition.Transition before it changes anything, so a refused
+// request leaves every state as it was. Pause completes before it returns
+// (it only halts partition mirrors); the others return at once and callers
+// poll describe.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kmirror/kmirror/agent/fetcher"
+	"github.com/kmirror/kmirror/agent/partition"
+)
+
+// StopMode is how a stop ends mirroring.
+type StopMode string
+
+// The stop modes.
+const (
+	// StopFailover stops at once, with the source reachable or not: what
+	// was mirrored stays, what was not stays on the source only.
+	StopFailover StopMode = "failover"
+	// StopPromote waits until the source has nothing the destination
+	// lacks (RPO 0): the source's open transactions decided (last stable
+	// offset = high watermark) and the destination end at the source high
+	// watermark; then it stops as failover does.
+	StopPromote StopMode = "promote"
+)
+
+// ErrUnknownTopic is returned for a topic the mirror does not mirror.
+var ErrUnknownTopic = errors.New("unknown topic")
+
+// FenceRequest is what SourceFence.Fence fences.
+type FenceRequest struct {
+	Mirror string
+	Source Source
+	Topics []string
+}
+
+// SourceFence stops writes to the source topics of a promote, so that the
+// source high watermark the promote waits for stops moving: the engineer's
+// implementation adds a DENY WRITE ACL for User:* on each source topic
+// (KIP-1279's read-only enforcement, applied to the old primary). It plugs
+// in as Config.SourceFence; StopTopics calls Fence once, before any state
+// changes, when a promote is issued, and again when a promote interrupted
+// by an agent restart resumes. An error refuses the promote. Fence must be
+// idempotent. Without a fence (NoSourceFence, the default) a promote waits
+// until producers stop on their own, and a record acknowledged by the
+// source between the agent's last look and the stop sends the partition
+// back to mirroring rather than being lost.
+type SourceFence interface {
+	Fence(ctx context.Context, req FenceRequest) error
+}
+
+// NoSourceFence fences nothing.
+type NoSourceFence struct{}
+
+// Fence does nothing.
+func (NoSourceFence) Fence(context.Context, FenceRequest) error { return nil }
+
+// PauseTopics pauses every partition of topics of mirror name: each stops
+// writing at a batch boundary and keeps its position; the topics stay
+// read-only mirror topics.
+func (c *Coordinator) PauseTopics(ctx context.Context, name string, topics []string) error {
+	return c.lifecycle(ctx, name, topics, partition.OpPause)
+}
+
+// ResumeTopics resumes paused partitions of topics: each resyncs from the
+// destination end.
+func (c *Coordinator) ResumeTopics(ctx context.Context, name string, topics []string) error {
+	return c.lifecycle(ctx, name, topics, partition.OpResume)
+}
+
+// StopTopics stops mirroring topics for good (STOPPING, then STOPPED: the
+// destination topics become ordinary writable topics, and the last mirrored
+// offset of each partition is recorded).
+func (c *Coordinator) StopTopics(ctx context.Context, name string, topics []string, mode StopMode) error {
+	switch mode {
+	case StopFailover:
+		return c.lifecycle(ctx, name, topics, partition.OpStopFailover)
+	case StopPromote:
+		return c.lifecycle(ctx, name, topics, partition.OpStopPromote)
+	}
+	return invalid("mode: %q is not %q or %q", mode, StopFailover, StopPromote)
+}
+
+// RecoverTopics clears the failure of FAILED partitions of topics and
+// mirrors them again from a resync that re-aligns them; when the
+// destination cannot be aligned, the partition fails again saying so.
+func (c *Coordinator) RecoverTopics(ctx context.Context, name string, topics []string) error {
+	return c.lifecycle(ctx, name, topics, partition.OpRecover)
+}
+
+// target is one partition an operation moves.
+type target struct {
+	tp       fetcher.TP
+	from, to partition.State
+}
+
+func (c *Coordinator) lifecycle(ctx context.Context, name string, topics []string, op partition.Op) error {
+	adminMu.Lock()
+	defer adminMu.Unlock()
+	rec, ok, err := c.record(name)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	m := c.mirrors[name]
+	c.mu.Unlock()
+	if !ok || m == nil {
+		return fmt.Errorf("mirror %q: %w", name, ErrMirrorNotFound)
+	}
+	if len(topics) == 0 {
+		return invalid("topics: give at least one topic to %s", opVerb(op))
+	}
+	seen := map[string]bool{}
+	for _, t := range topics {
+		if seen[t] {
+			return invalid("topics: %q is listed twice", t)
+		}
+		seen[t] = true
+		if !slices.Contains(rec.Spec.Topics, t) {
+			return fmt.Errorf("topics: mirror %q has no topic %q: %w", name, t, ErrUnknownTopic)
+		}
+	}
+	var targets []target
+	for _, t := range topics {
+		tps, err := m.partitionsOf(ctx, t)
+		if err != nil {
+			return err
+		}
+		states := map[partition.State]bool{}
+		for _, tp := range tps {
+			states[m.stateOf(tp)] = true
+		}
+		for _, tp := range tps {
+			from := m.stateOf(tp)
+			to, err := partition.Transition(from, op)
+			if err != nil {
+				var te *partition.TransitionError
+				if errors.As(err, &te) {
+					te.Subject = fmt.Sprintf("topic %s", t)
+					if len(states) > 1 {
+						te.Subject = fmt.Sprintf("topic %s partition %d", t, tp.Partition)
+					}
+				}
+				return err
+			}
+			targets = append(targets, target{tp: tp, from: from, to: to})
+		}
+	}
+	if op == partition.OpStopPromote {
+		if err := c.cfg.SourceFence.Fence(ctx, FenceRequest{Mirror: name, Source: rec.Spec.Source, Topics: topics}); err != nil {
+			return fmt.Errorf("promote: fencing writes on the source topics %q: %w", topics, err)
+		}
+	}
+	m.log.Info("lifecycle operation", "op", op, "topics", topics, "partitions", len(targets))
+	done := make(chan struct{}, len(targets))
+	n := 0
+	for _, tg := range targets {
+		switch {
+		case tg.from == partition.Stopped,
+			tg.from == tg.to && op != partition.OpStopFailover,
+			op == partition.OpResume && tg.from != partition.Paused:
+			continue // already there
+		}
+		switch op {
+		case partition.OpPause:
+			// Partitions halt in parallel; pause returns once all have.
+			n++
+			go func() {
+				m.pause(tg.tp)
+				done <- struct{}{}
+			}()
+		case partition.OpResume:
+			m.restartPartition(tg.tp, partitionRecord{State: partition.Initializing, Reason: "resuming from the destination end"}, false)
+		case partition.OpRecover:
+			m.recover(tg.tp)
+		case partition.OpStopFailover:
+			m.stopFailover(tg.tp)
+		case partition.OpStopPromote:
+			m.stopPromote(tg.tp)
+		}
+	}
+	for range n {
+		<-done
+	}
+	m.kick()
+	return nil
+}
+
+func opVerb(op partition.Op) string {
+	switch op {
+	case partition.OpStopFailover, partition.OpStopPromote:
+		return "stop"
+	}
+	return string(op)
+}
+
+// kick makes the mirror look at its topics again at once.
+func (m *mirror) kick() {
+	select {
+	case m.refresh <- struct{}{}:
+	default:
+	}
+}
+
+// partitionsOf lists topic's partitions the agent knows: running or
+// persisted, or, when none is, those of the destination topic.
+func (m *mirror) partitionsOf(ctx context.Context, topic string) ([]fetcher.TP, error) {
+	set := map[int32]bool{}
+	m.mu.Lock()
+	for tp := range m.parts {
+		if tp.Topic == topic {
+			set[tp.Partition] = true
+		}
+	}
+	m.mu.Unlock()
+	for p := range m.persistedPartitions(topic) {
+		set[p] = true
+	}
+	if len(set) == 0 {
+		tds, err := m.c.dstAdm.ListTopics(ctx, topic)
+		if err != nil {
+			return nil, fmt.Errorf("listing destination topic %q: %w", topic, err)
+		}
+		td, ok := tds[topic]
+		if !ok || td.Err != nil || len(td.Partitions) == 0 {
+			return nil, fmt.Errorf("topics: %q has no partitions on the destination yet (the mirror has not created it; see its error in describe): %w", topic, ErrUnknownTopic)
+		}
+		for p := range td.Partitions {
+			set[p] = true
+		}
+	}
+	out := make([]fetcher.TP, 0, len(set))
+	for p := range set {
+		out = append(out, fetcher.TP{Topic: topic, Partition: p})
+	}
+	slices.SortFunc(out, func(a, b fetcher.TP) int { return int(a.Partition - b.Partition) })
+	return out, nil
+}
+
+// persistedPartitions returns the partition records of topic, by number.
+func (m *mirror) persistedPartitions(topic string) map[int32]partitionRecord {
+	prefix := "partition/" + m.rec.Spec.Name + "/" + topic + "/"
+	out := map[int32]partitionRecord{}
+	for k := range m.c.store.All() {
+		rest, ok := strings.CutPrefix(k, prefix)
+		if !ok {
+			continue
+		}
+		p, err := strconv.ParseInt(rest, 10, 32)
+		if err != nil {
+			continue
+		}
+		var pr partitionRecord
+		if m.c.getJSON(k, &pr) {
+			out[int32(p)] = pr
+		}
+	}
+	return out
+}
+
+// stateOf is tp's state: its partition mirror's, else its persisted one.
+func (m *mirror) stateOf(tp fetcher.TP) partition.State {
+	m.mu.Lock()
+	rp := m.parts[tp]
+	m.mu.Unlock()
+	if rp != nil {
+		return rp.pm.Status().State
+	}
+	var pr partitionRecord
+	if m.c.getJSON(partitionKey(m.rec.Spec.Name, tp), &pr) && pr.State != "" {
+		return pr.State
+	}
+	return partition.Initializing
+}
+
+// idlePartition is a partition mirror that does not run: it reports a
+// restored state and can finish a stop (it reaches the destination only).
+func (m *mirror) idlePartition(tp fetcher.TP) *partition.Mirror {
+	return partition.New(partition.Config{
+		Mirror: m.rec.Spec.Name, TP: tp, Writer: m.c.writer, Fillers: m.c.cfg.Fillers,
+		ProducerID: m.rec.ProducerID, Epoch: m.rec.Epoch, Logger: m.log.Named("partition"),
+	})
+}
+
+// take takes tp's partition mirror over from the source connection: the
+// caller halts it (stop is nil when it does not run).
+func (m *mirror) take(tp fetcher.TP) (rp *runningPartition, stop context.CancelFunc) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rp = m.parts[tp]
+	if rp == nil {
+		rp = &runningPartition{pm: m.idlePartition(tp), done: closedDone()}
+		m.parts[tp] = rp
+	}
+	stop, rp.stop = rp.stop, nil
+	rp.placeholder = false
+	return rp, stop
+}
+
+// halt halts a running partition mirror at a batch boundary, or cancels it
+// after grace; it says whether its Run returned within grace plus wait.
+func halt(rp *runningPartition, stop context.CancelFunc, clean bool, grace, wait time.Duration) bool {
+	if stop == nil {
+		select {
+		case <-rp.done:
+			return true
+		case <-time.After(grace + wait):
+			return false
+		}
+	}
+	rp.pm.Halt(clean)
+	select {
+	case <-rp.done:
+		stop()
+		return true
+	case <-time.After(grace):
+	}
+	stop()
+	select {
+	case <-rp.done:
+		return true
+	case <-time.After(wait):
+		return false
+	}
+}
+
+// persist writes tp's record with the run context of the mirror.
+func (m *mirror) persist(tp fetcher.TP, pr partitionRecord) {
+	if err := m.c.putJSON(m.ctx, partitionKey(m.rec.Spec.Name, tp), pr); err != nil {
+		m.log.Error("persisting partition state", "partition", tp.String(), "state", pr.State, "error", err)
+	}
+}
+
+// pauseGrace is how long a pause waits for a batch boundary where no
+// destination transaction is open before it cancels the partition mirror.
+const pauseGrace = 5 * time.Second
+
+func (m *mirror) pause(tp fetcher.TP) {
+	rp, stop := m.take(tp)
+	if !halt(rp, stop, true, pauseGrace, 10*time.Second) {
+		m.log.Warn("pause: the partition mirror did not return in time", "partition", tp.String())
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
+	defer cancel()
+	if b, err := rp.pm.DestinationBounds(ctx); err == nil {
+		rp.pm.RestoreOffsets(b.HighWatermark - 1)
+	}
+	rp.pm.Restore(partition.Paused, "")
+	m.persist(tp, partitionRecord{State: partition.Paused, LastMirroredOffset: rp.pm.Status().LastMirrored})
+}
+
+// restartPartition persists pr and lets the mirror start tp afresh at its
+// next look (from pr's state: INITIALIZING, or a STOPPING promote); the
+// current partition mirror stays in describe until then.
+func (m *mirror) restartPartition(tp fetcher.TP, pr partitionRecord, recovering bool) {
+	m.mu.Lock()
+	rp := m.parts[tp]
+	m.mu.Unlock()
+	if rp != nil && rp.stop != nil {
+		halt(rp, rp.stop, false, 2*time.Second, 10*time.Second)
+	}
+	if pr.LastMirroredOffset == 0 && rp != nil {
+		pr.LastMirroredOffset = rp.pm.Status().LastMirrored
+	}
+	m.persist(tp, pr)
+	m.mu.Lock()
+	if rp != nil && m.parts[tp] == rp {
+		rp.stop, rp.placeholder = nil, true
+	}
+	if recovering {
+		m.recoverTPs[tp] = true
+		m.recoverTopics[tp.Topic] = true
+	}
+	m.mu.Unlock()
+	m.kick()
+}
+
+func (m *mirror) recover(tp fetcher.TP) {
+	m.log.Info("recovering partition", "partition", tp.String())
+	m.restartPartition(tp, partitionRecord{State: partition.Initializing, Reason: "recovering: re-aligning with the source"}, true)
+}
+
+// stopFailover moves tp to STOPPING and finishes the stop in the
+// background, within StopTimeout.
+func (m *mirror) stopFailover(tp fetcher.TP) {
+	m.mu.Lock()
+	m.stopModes[tp] = StopFailover
+	m.mu.Unlock()
+	rp, stop := m.take(tp)
+	rp.pm.SetStopping("stopping (failover)")
+	m.persist(tp, partitionRecord{State: partition.Stopping, Reason: "stopping (failover)", StopMode: StopFailover, LastMirroredOffset: rp.pm.Status().LastMirrored})
+	m.ops.Add(1)
+	go func() {
+		defer m.ops.Done()
+		m.finishStop(tp, rp, stop, StopFailover)
+	}()
+}
+
+// finishStop halts rp and finishes its destination side (partition
+// Mirror.Finish), then records STOPPED with the last mirrored offset.
+func (m *mirror) finishStop(tp fetcher.TP, rp *runningPartition, stop context.CancelFunc, mode StopMode) {
+	timeout := m.c.cfg.StopTimeout
+	ctx, cancel := context.WithTimeout(m.ctx, timeout)
+	defer cancel()
+	if !halt(rp, stop, false, min(2*time.Second, timeout/4), timeout/4) {
+		m.log.Warn("stop: the partition mirror did not return in time; finishing anyway", "partition", tp.String())
+	}
+	lmo, err := rp.pm.Finish(ctx)
+	if err != nil {
+		if m.ctx.Err() != nil {
+			return // the agent stops; it finishes the stop when it starts again
+		}
+		reason := fmt.Sprintf("the %s stop did not complete within %s: %v; stop again (mode failover) to retry", mode, timeout, err)
+		rp.pm.SetStopping(reason)
+		m.persist(tp, partitionRecord{State: partition.Stopping, Reason: reason, StopMode: StopFailover, LastMirroredOffset: rp.pm.Status().LastMirrored})
+		m.log.Error("stop failed", "partition", tp.String(), "error", err)
+		return
+	}
+	rp.pm.Restore(partition.Stopped, "")
+	m.persist(tp, partitionRecord{State: partition.Stopped, LastMirroredOffset: lmo})
+	m.mu.Lock()
+	delete(m.stopModes, tp)
+	m.mu.Unlock()
+	m.log.Info("partition stopped", "partition", tp.String(), "mode", mode, "last_mirrored_offset", lmo)
+}
+
+// stopPromote moves tp to STOPPING and waits for lag 0 in the background.
+func (m *mirror) stopPromote(tp fetcher.TP) {
+	m.mu.Lock()
+	m.stopModes[tp] = StopPromote
+	m.promoteBy[tp] = time.Now().Add(m.c.cfg.PromoteTimeout)
+	rp := m.parts[tp]
+	running := rp != nil && rp.stop != nil
+	m.mu.Unlock()
+	pr := partitionRecord{State: partition.Stopping, Reason: promoteReason, StopMode: StopPromote}
+	if running {
+		pr.LastMirroredOffset = rp.pm.Status().LastMirrored
+		m.persist(tp, pr)
+		m.startPromote(tp, rp.pm)
+		return
+	}
+	// Paused, or the source is not connected: the mirror starts it at its
+	// next look, and the promote waits from there.
+	if rp == nil {
+		rp, _ = m.take(tp)
+	}
+	rp.pm.SetStopping(promoteReason + " (the partition mirror starts again first)")
+	m.restartPartition(tp, pr, false)
+}
+
+const promoteReason = "promote: waiting until the source's last stable offset and the destination end reach the source high watermark"
+
+// startPromote waits in the background until pm reaches lag 0, then stops
+// it as failover does.
+func (m *mirror) startPromote(tp fetcher.TP, pm *partition.Mirror) {
+	m.mu.Lock()
+	m.stopModes[tp] = StopPromote
+	deadline, ok := m.promoteBy[tp]
+	if !ok {
+		deadline = time.Now().Add(m.c.cfg.PromoteTimeout)
+		m.promoteBy[tp] = deadline
+	}
+	m.mu.Unlock()
+	pm.SetStopping(promoteReason)
+	m.ops.Add(1)
+	go func() {
+		defer m.ops.Done()
+		m.promote(tp, pm, deadline)
+	}()
+}
+
+func (m *mirror) promote(tp fetcher.TP, pm *partition.Mirror, deadline time.Time) {
+	for m.ctx.Err() == nil {
+		m.mu.Lock()
+		rp := m.parts[tp]
+		mode := m.stopModes[tp]
+		m.mu.Unlock()
+		if rp == nil || rp.pm != pm || rp.stop == nil || mode != StopPromote {
+			return // replaced: reconnected, restarted, or a failover took over
+		}
+		st := pm.Status()
+		if st.State == partition.Failed {
+			m.mu.Lock()
+			delete(m.stopModes, tp)
+			delete(m.promoteBy, tp)
+			m.mu.Unlock()
+			return
+		}
+		waitFor := m.promoteWaitsFor(pm, st)
+		if waitFor == "" {
+			m.promoteStop(tp, rp)
+			return
+		}
+		if time.Now().After(deadline) {
+			reason := fmt.Sprintf("promote timed out after %s waiting for %s; the partition keeps mirroring: promote again, or stop with mode failover", m.c.cfg.PromoteTimeout, waitFor)
+			m.mu.Lock()
+			delete(m.stopModes, tp)
+			delete(m.promoteBy, tp)
+			m.mu.Unlock()
+			pm.ClearStopping(reason)
+			m.persist(tp, partitionRecord{State: partition.Mirroring, Reason: reason, LastMirroredOffset: pm.Status().LastMirrored})
+			m.log.Warn("promote timed out", "partition", tp.String(), "waiting_for", waitFor)
+			return
+		}
+		pm.SetStopping("promote: waiting for " + waitFor)
+		select {
+		case <-m.ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// promoteWaitsFor says what a promote of pm still waits for, "" for
+// nothing.
+func (m *mirror) promoteWaitsFor(pm *partition.Mirror, st partition.Status) string {
+	ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
+	defer cancel()
+	src, err := pm.SourceBounds(ctx)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("the source to answer (%v)", err)
+	case src.LastStable < src.HighWatermark:
+		return fmt.Sprintf("the source's open transactions to be decided (last stable offset %d, high watermark %d)", src.LastStable, src.HighWatermark)
+	case st.DestinationOffset < src.HighWatermark:
+		return fmt.Sprintf("the destination end %d to reach the source high watermark %d (lag %d)", st.DestinationOffset, src.HighWatermark, src.HighWatermark-st.DestinationOffset)
+	}
+	return ""
+}
+
+// promoteStop halts a caught-up partition and stops it when nothing
+// reached the source in between; otherwise it mirrors on and the promote
+// waits again.
+func (m *mirror) promoteStop(tp fetcher.TP, rp *runningPartition) {
+	m.mu.Lock()
+	stop := rp.stop
+	rp.stop = nil
+	m.mu.Unlock()
+	pm := rp.pm
+	halted := halt(rp, stop, false, 2*time.Second, 10*time.Second)
+	ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
+	defer cancel()
+	dst, derr := pm.DestinationBounds(ctx)
+	src, serr := pm.SourceBounds(ctx)
+	if halted && derr == nil && serr == nil && src.LastStable == src.HighWatermark && dst.HighWatermark == src.HighWatermark {
+		m.finishStop(tp, rp, nil, StopPromote)
+		m.mu.Lock()
+		delete(m.promoteBy, tp)
+		m.mu.Unlock()
+		return
+	}
+	m.log.Info("promote: the source moved on while the partition stopped; mirroring on", "partition", tp.String())
+	m.mu.Lock()
+	still := m.stopModes[tp] == StopPromote
+	m.mu.Unlock()
+	if still {
+		m.restartPartition(tp, partitionRecord{State: partition.Stopping, Reason: promoteReason, StopMode: StopPromote}, false)
+	}
+}
+
+// restorePartition sets up tp from its persisted record when it must not
+// simply run: FAILED, PAUSED and STOPPED stay so, and a failover stop under
+// way is finished. It says whether it did.
+func (m *mirror) restorePartition(tp fetcher.TP, cfg partition.Config, pr partitionRecord) bool {
+	switch pr.State {
+	case partition.Failed, partition.Paused, partition.Stopped:
+		pm := partition.New(cfg)
+		pm.Restore(pr.State, pr.Reason)
+		if pr.State != partition.Failed {
+			pm.RestoreOffsets(pr.LastMirroredOffset)
+		}
+		m.mu.Lock()
+		m.parts[tp] = &runningPartition{pm: pm, done: closedDone()}
+		m.mu.Unlock()
+		return true
+	case partition.Stopping:
+		if pr.StopMode == StopPromote {
+			return false
+		}
+		pm := partition.New(cfg)
+		rp := &runningPartition{pm: pm, done: closedDone()}
+		m.mu.Lock()
+		m.parts[tp] = rp
+		m.stopModes[tp] = StopFailover
+		m.mu.Unlock()
+		pm.SetStopping(pr.Reason)
+		m.ops.Add(1)
+		go func() {
+			defer m.ops.Done()
+			m.finishStop(tp, rp, nil, StopFailover)
+		}()
+		return true
+	}
+	return false
+}
+
+// restoreStoppedTopic says whether every persisted partition of topic is
+// STOPPED, and then shows them in describe.
+func (m *mirror) restoreStoppedTopic(topic string) bool {
+	prs := m.persistedPartitions(topic)
+	if len(prs) == 0 {
+		return false
+	}
+	for _, pr := range prs {
+		if pr.State != partition.Stopped {
+			return false
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for p, pr := range prs {
+		tp := fetcher.TP{Topic: topic, Partition: p}
+		if _, ok := m.parts[tp]; ok {
+			continue
+		}
+		pm := m.idlePartition(tp)
+		pm.Restore(pr.State, pr.Reason)
+		pm.RestoreOffsets(pr.LastMirroredOffset)
+		m.parts[tp] = &runningPartition{pm: pm, done: closedDone()}
+	}
+	return true
+}
