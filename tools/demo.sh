@@ -70,24 +70,42 @@ step "seeding topic 'orders' (3 partitions, all five codecs) with a producer run
 start producer "$BIN" dev-load --bootstrap "$SRC" --topic orders --partitions 3 --rate 2000
 sleep 2
 
-step "starting the agent (API on 127.0.0.1:$API_PORT) with mirror 'dr': source -> destination, topic orders"
+step "starting the agent (API on 127.0.0.1:$API_PORT), writing to the destination"
 cat >"$WORK/agent.hcl" <<HCL
 destination {
   bootstrap_servers = [$(echo "$DST" | sed 's/[^,]*/"&"/g')]
 }
 listen = "127.0.0.1:$API_PORT"
 metadata_refresh_interval = "5s"
-
-mirror "dr" {
-  source {
-    bootstrap_servers = [$(echo "$SRC" | sed 's/[^,]*/"&"/g')]
-  }
-  topics = ["orders"]
-}
 HCL
 start agent "$BIN" agent --config "$WORK/agent.hcl"
 export KMIRROR_ADDR="http://127.0.0.1:$API_PORT"
 for ((i = 0; i < 100; i++)); do "$BIN" describe >/dev/null 2>&1 && break; sleep 0.2; done
+
+step "terraform apply examples/quickstart: mirror 'dr' (source -> destination) with topic 'orders'"
+TF=$(./tools/install-terraform.sh)
+# The provider is the one just built: a dev override, so nothing is downloaded.
+cat >"$WORK/terraformrc" <<RC
+provider_installation {
+  dev_overrides {
+    "kmirror/kafka" = "$PWD/bin"
+  }
+  direct {}
+}
+RC
+rm -rf "$WORK/quickstart" && cp -r examples/quickstart "$WORK/quickstart"
+if ! (
+  cd "$WORK/quickstart"
+  TF_CLI_CONFIG_FILE="$PWD/../terraformrc" TF_IN_AUTOMATION=1 "$TF" apply -auto-approve -input=false -no-color \
+    -var "agent_url=$KMIRROR_ADDR" \
+    -var "source_bootstrap_servers=[$(echo "$SRC" | sed 's/[^,]*/"&"/g')]"
+) >"$WORK/terraform.log" 2>&1; then
+  cat "$WORK/terraform.log" >&2
+  echo "terraform apply failed (log: $WORK/terraform.log)" >&2
+  exit 1
+fi
+grep -E "Creating|Creation complete|Apply complete" "$WORK/terraform.log"
+"$BIN" describe --mirror dr >/dev/null || { echo "terraform apply did not create mirror dr" >&2; exit 1; }
 
 step "live lag for ${SECONDS_TO_WATCH}s (kmirror describe --watch 5s)"
 "$BIN" describe --watch 5s --count $(( (SECONDS_TO_WATCH + 4) / 5 ))
@@ -112,4 +130,13 @@ if command -v kcat >/dev/null 2>&1; then
 else
   echo "(kcat not installed: apt-get install kcat)"
 fi
-step "done: every record of 'orders' sits at the same offset on the destination"
+step "failover: kmirror stop --mirror dr --topic orders --mode failover --wait"
+"$BIN" stop --mirror dr --topic orders --mode failover --wait --timeout 60s
+"$BIN" describe
+
+step "the destination topic is writable now: a new record lands right after the last mirrored offset"
+"$BIN" dev-load --bootstrap "$DST" --topic orders --records 3 --rate 0 >/dev/null
+if command -v kcat >/dev/null 2>&1; then
+  kcat -C -b "$DST" -t orders -p 1 -o -1 -c 1 -e -q -f 'destination  partition %p offset %o (new write after failover)\n'
+fi
+step "done: every record of 'orders' sits at the same offset on the destination, which now takes writes"

@@ -12,8 +12,10 @@ import (
 )
 
 // TestDemo runs `make demo`'s script with a short watch and checks what it
-// promises: the agent mirrors, lag reaches 0, and an independent client reads
-// the same record at the same offset on both clusters; and that it cleans up.
+// promises: terraform apply creates the mirror, the agent mirrors, lag reaches
+// 0, an independent client reads the same record at the same offset on both
+// clusters, a failover makes the destination writable right after the last
+// mirrored offset; and that it cleans up.
 func TestDemo(t *testing.T) {
 	root := moduleRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -26,7 +28,12 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo failed: %v\n%s", err, out)
 	}
 	text := string(out)
-	for _, want := range []string{"MIRROR  TOPIC   PARTITION  SOURCE-OFFSET  DESTINATION-OFFSET  LAG", "MIRRORING", "stopping everything the demo started"} {
+	for _, want := range []string{
+		"Apply complete! Resources: 2 added",
+		"MIRROR  TOPIC   PARTITION  SOURCE-OFFSET  DESTINATION-OFFSET  LAG", "MIRRORING",
+		"3/3 partitions STOPPED",
+		"stopping everything the demo started",
+	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, text)
 		}
@@ -35,6 +42,13 @@ func TestDemo(t *testing.T) {
 	dst := regexp.MustCompile(`(?m)^destination\s+(partition 1 offset 1000 key \S+ timestamp \d+)$`).FindStringSubmatch(text)
 	if src == nil || dst == nil || src[1] != dst[1] {
 		t.Errorf("kcat lines differ or are missing: source %q, destination %q\n%s", src, dst, text)
+	}
+	// After the failover, a write to the destination lands right after the
+	// last mirrored offset, which the describe table shows for partition 1.
+	end := regexp.MustCompile(`(?m)^dr\s+orders\s+1\s+(\d+)\s+(\d+)\s+0\s+STOPPED$`).FindStringSubmatch(text)
+	write := regexp.MustCompile(`(?m)^destination\s+partition 1 offset (\d+) \(new write after failover\)$`).FindStringSubmatch(text)
+	if end == nil || write == nil || end[2] != write[1] {
+		t.Errorf("the write after failover did not land at the destination end: table %q, write %q\n%s", end, write, text)
 	}
 	if _, err := os.Stat(filepath.Join(root, ".work", "demo", "pids")); !os.IsNotExist(err) {
 		t.Errorf("the demo left its pid file behind (processes not cleaned up?): %v", err)

@@ -1,0 +1,41 @@
+# The quickstart that `make demo` applies: one mirror from the source cluster
+# into the cluster the agent writes to, and one mirror topic.
+terraform {
+  required_providers {
+    kafka = {
+      source = "kmirror/kafka"
+    }
+  }
+}
+
+variable "agent_url" {
+  description = "URL of the kmirror agent's API."
+  type        = string
+  default     = "http://127.0.0.1:8080"
+}
+
+variable "source_bootstrap_servers" {
+  description = "HOST:PORT of the source cluster's brokers."
+  type        = list(string)
+}
+
+provider "kafka" {
+  agent_url = var.agent_url
+}
+
+resource "kafka_cluster_mirror" "dr" {
+  name = "dr"
+  source = {
+    bootstrap_servers = var.source_bootstrap_servers
+  }
+}
+
+resource "kafka_mirror_topic" "orders" {
+  mirror = kafka_cluster_mirror.dr.name
+  topic  = "orders"
+}
+
+output "orders_partitions" {
+  description = "Per-partition offsets and lag of the mirrored topic."
+  value       = kafka_mirror_topic.orders.partitions
+}
