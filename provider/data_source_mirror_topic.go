@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
@@ -15,6 +16,17 @@ import (
 var _ datasource.DataSourceWithConfigure = (*mirrorTopicDataSource)(nil)
 
 var pathName = path.Root("name")
+
+type mirrorTopicDataModel struct {
+	ID               types.String `tfsdk:"id"`
+	Mirror           types.String `tfsdk:"mirror"`
+	Topic            types.String `tfsdk:"topic"`
+	State            types.String `tfsdk:"state"`
+	Partitions       types.List   `tfsdk:"partitions"`
+	MaxLag           types.Int64  `tfsdk:"max_lag"`
+	Reason           types.String `tfsdk:"reason"`
+	ReadOnlyEnforced types.Bool   `tfsdk:"read_only_enforced"`
+}
 
 // NewMirrorTopicDataSource is data "kafka_mirror_topic".
 func NewMirrorTopicDataSource() datasource.DataSource { return &mirrorTopicDataSource{} }
@@ -28,7 +40,7 @@ func (d *mirrorTopicDataSource) Metadata(_ context.Context, req datasource.Metad
 }
 
 func (d *mirrorTopicDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
-	pd, ld, rd := topicFiguresDescriptions()
+	pd, ld, rd, rod := topicFiguresDescriptions()
 	resp.Schema = schema.Schema{
 		Description: "One mirror topic's partitions, offsets, lag and states, read at every plan. " +
 			"Prefer it over the kafka_mirror_topic resource's computed values for outputs, checks and alerts.",
@@ -39,6 +51,9 @@ func (d *mirrorTopicDataSource) Schema(_ context.Context, _ datasource.SchemaReq
 			"partitions": schema.ListAttribute{Computed: true, ElementType: partitionObjectType, Description: pd},
 			"max_lag":    schema.Int64Attribute{Computed: true, Description: ld},
 			"reason":     schema.StringAttribute{Computed: true, Description: rd},
+			"state": schema.StringAttribute{Computed: true, Description: "The topic's state: `mirroring`, `paused`, `stopped` (by a failover stop), " +
+				"`promoted` (stopped by a promote), or `stopping`, `failed` or `mixed` (partitions in different states) while it is none of these."},
+			"read_only_enforced": schema.BoolAttribute{Computed: true, Description: rod},
 		},
 	}
 }
@@ -48,7 +63,7 @@ func (d *mirrorTopicDataSource) Configure(_ context.Context, req datasource.Conf
 }
 
 func (d *mirrorTopicDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
-	var cfg mirrorTopicModel
+	var cfg mirrorTopicDataModel
 	resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
 	if resp.Diagnostics.HasError() || !needClient(d.client, &resp.Diagnostics) {
 		return
@@ -65,6 +80,9 @@ func (d *mirrorTopicDataSource) Read(ctx context.Context, req datasource.ReadReq
 			fmt.Sprintf("Mirror %q has no topic %q.", mirror, topic))
 		return
 	}
-	resp.Diagnostics.Append(setTopic(&cfg, mirror, t)...)
+	f, diags := flattenTopic(t)
+	resp.Diagnostics.Append(diags...)
+	cfg.ID = types.StringValue(topicID(mirror, t.Name))
+	cfg.State, cfg.Partitions, cfg.MaxLag, cfg.Reason, cfg.ReadOnlyEnforced = f.State, f.Partitions, f.MaxLag, f.Reason, f.ReadOnlyEnforced
 	resp.Diagnostics.Append(resp.State.Set(ctx, &cfg)...)
 }

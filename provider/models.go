@@ -35,20 +35,100 @@ var partitionAttrTypes = map[string]attr.Type{
 	"destination_offset":   types.Int64Type,
 	"lag":                  types.Int64Type,
 	"state":                types.StringType,
+	"stop_mode":            types.StringType,
 	"last_mirrored_offset": types.Int64Type,
 }
 
 var partitionObjectType = types.ObjectType{AttrTypes: partitionAttrTypes}
 
-// stateName is how a partition state shows in Terraform: lower case, as
-// the future state argument of kafka_mirror_topic will take it.
+// stateName is how a partition state shows in Terraform: lower case.
 func stateName(s mirrorapi.State) string { return strings.ToLower(string(s)) }
+
+// The values of kafka_mirror_topic's state: the four a configuration can
+// ask for, and three more Read can report so that a plan shows the drift.
+const (
+	topicMirroring = "mirroring" // every partition INITIALIZING, PREPARING or MIRRORING
+	topicPaused    = "paused"    // every partition PAUSED
+	topicStopped   = "stopped"   // every partition STOPPED, at least one by a failover stop
+	topicPromoted  = "promoted"  // every partition STOPPED by a promote (RPO 0)
+
+	topicStopping = "stopping" // a stop is under way on some partition
+	topicFailed   = "failed"   // some partition FAILED (reason says why)
+	topicMixed    = "mixed"    // partitions in different states
+)
+
+// configurableTopicStates are what state = ... accepts.
+var configurableTopicStates = []string{topicMirroring, topicPaused, topicStopped, topicPromoted}
+
+// terminal says whether a topic state is final: a stopped topic is
+// writable on the destination and never mirrors again.
+func terminal(state string) bool { return state == topicStopped || state == topicPromoted }
+
+// partitionTopicState is what one partition says of its topic's state.
+func partitionTopicState(p mirrorapi.Partition) string {
+	switch p.State {
+	case mirrorapi.StateInitializing, mirrorapi.StatePreparing, mirrorapi.StateMirroring:
+		return topicMirroring
+	case mirrorapi.StatePaused:
+		return topicPaused
+	case mirrorapi.StateStopped:
+		if p.StopMode == mirrorapi.StopModePromote {
+			return topicPromoted
+		}
+		return topicStopped
+	case mirrorapi.StateStopping:
+		return topicStopping
+	case mirrorapi.StateFailed:
+		return topicFailed
+	}
+	return topicMixed
+}
+
+// topicState maps the agent's partition states to kafka_mirror_topic's
+// state, and says how the partitions differ when they do. A topic whose
+// partitions the agent has not read yet is mirroring (it is about to).
+func topicState(t mirrorapi.Topic) (state, mixed string) {
+	counts := map[string]int{}
+	for _, p := range t.Partitions {
+		counts[partitionTopicState(p)]++
+	}
+	switch {
+	case len(counts) == 0:
+		return topicMirroring, ""
+	case len(counts) == 1:
+		for s := range counts {
+			return s, ""
+		}
+	}
+	keys := make([]string, 0, len(counts))
+	for s := range counts {
+		keys = append(keys, s)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, s := range keys {
+		parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
+	}
+	mixed = "partitions in different states: " + strings.Join(parts, ", ")
+	switch {
+	case counts[topicFailed] > 0:
+		return topicFailed, mixed
+	case counts[topicStopping] > 0:
+		return topicStopping, mixed
+	case len(counts) == 2 && counts[topicStopped] > 0 && counts[topicPromoted] > 0:
+		// Stopped, some by failover: no RPO 0 promise for the topic.
+		return topicStopped, ""
+	}
+	return topicMixed, mixed
+}
 
 // topicFigures are a mirror topic's computed attributes.
 type topicFigures struct {
-	Partitions types.List
-	MaxLag     types.Int64
-	Reason     types.String
+	State            types.String
+	Partitions       types.List
+	MaxLag           types.Int64
+	Reason           types.String
+	ReadOnlyEnforced types.Bool
 }
 
 // flattenTopic turns the agent's view of a topic into its computed
@@ -61,6 +141,10 @@ func flattenTopic(t mirrorapi.Topic) (topicFigures, diag.Diagnostics) {
 	if t.Error != "" {
 		reasons = append(reasons, t.Error)
 	}
+	state, mixed := topicState(t)
+	if mixed != "" {
+		reasons = append(reasons, mixed)
+	}
 	ps := append([]mirrorapi.Partition(nil), t.Partitions...)
 	sort.Slice(ps, func(i, j int) bool { return ps[i].Partition < ps[j].Partition })
 	for _, p := range ps {
@@ -70,6 +154,7 @@ func flattenTopic(t mirrorapi.Topic) (topicFigures, diag.Diagnostics) {
 			"destination_offset":   types.Int64Value(p.DestinationOffset),
 			"lag":                  types.Int64Value(p.Lag),
 			"state":                types.StringValue(stateName(p.State)),
+			"stop_mode":            types.StringValue(p.StopMode),
 			"last_mirrored_offset": types.Int64Value(p.LastMirrored),
 		})
 		diags.Append(d...)
@@ -81,7 +166,10 @@ func flattenTopic(t mirrorapi.Topic) (topicFigures, diag.Diagnostics) {
 	}
 	list, d := types.ListValue(partitionObjectType, parts)
 	diags.Append(d...)
-	return topicFigures{Partitions: list, MaxLag: types.Int64Value(maxLag), Reason: types.StringValue(strings.Join(reasons, "; "))}, diags
+	return topicFigures{
+		State: types.StringValue(state), Partitions: list, MaxLag: types.Int64Value(maxLag),
+		Reason: types.StringValue(strings.Join(reasons, "; ")), ReadOnlyEnforced: types.BoolValue(t.ReadOnlyEnforced),
+	}, diags
 }
 
 // findTopic returns topic of mirror m.

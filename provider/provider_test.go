@@ -47,10 +47,15 @@ func TestSchemasValid(t *testing.T) {
 	if a := attribute(resp.Provider, "token"); a == nil || !a.Sensitive {
 		t.Errorf("provider token is not sensitive: %+v", a)
 	}
-	// No desired state argument until the lifecycle work: a config that
-	// sets one must fail rather than be ignored.
-	if a := attribute(resp.ResourceSchemas["kafka_mirror_topic"], "state"); a != nil {
-		t.Errorf("kafka_mirror_topic has a state attribute: %+v", a)
+	// state is an argument with a default, reported back by Read.
+	if a := attribute(resp.ResourceSchemas["kafka_mirror_topic"], "state"); a == nil || !a.Optional || !a.Computed {
+		t.Errorf("kafka_mirror_topic state is not optional and computed: %+v", a)
+	}
+	if b := resp.ResourceSchemas["kafka_mirror_topic"].Block; len(b.BlockTypes) != 1 || b.BlockTypes[0].TypeName != "timeouts" {
+		t.Errorf("kafka_mirror_topic blocks: %+v", b.BlockTypes)
+	}
+	if d := resp.ResourceSchemas["kafka_mirror_topic"].Block.Description; !strings.Contains(d, "never deletes data") {
+		t.Errorf("kafka_mirror_topic description does not warn what destroy does: %q", d)
 	}
 	// Source security settings come later; only bootstrap_servers now.
 	src := attribute(resp.ResourceSchemas["kafka_cluster_mirror"], "source")
@@ -144,6 +149,10 @@ func TestResourceValidation(t *testing.T) {
 		{"dot topic", "kafka_mirror_topic", map[string]tftypes.Value{"mirror": str("dr"), "topic": str("..")}, "Invalid topic name"},
 		{"topic with space", "kafka_mirror_topic", map[string]tftypes.Value{"mirror": str("dr"), "topic": str("a b")}, "Invalid topic name"},
 		{"topic bad mirror", "kafka_mirror_topic", map[string]tftypes.Value{"mirror": str("d r"), "topic": str("orders")}, "Invalid mirror name"},
+		{"topic paused", "kafka_mirror_topic", map[string]tftypes.Value{"mirror": str("dr"), "topic": str("orders"), "state": str("paused")}, ""},
+		{"topic promoted", "kafka_mirror_topic", map[string]tftypes.Value{"mirror": str("dr"), "topic": str("orders"), "state": str("promoted")}, ""},
+		{"topic state failed", "kafka_mirror_topic", map[string]tftypes.Value{"mirror": str("dr"), "topic": str("orders"), "state": str("failed")}, "value must be one of"},
+		{"topic state upper case", "kafka_mirror_topic", map[string]tftypes.Value{"mirror": str("dr"), "topic": str("orders"), "state": str("MIRRORING")}, "value must be one of"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

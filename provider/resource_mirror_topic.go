@@ -2,16 +2,23 @@ package provider
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
+	"time"
 
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
@@ -20,7 +27,20 @@ var (
 	_ resource.Resource                = (*mirrorTopicResource)(nil)
 	_ resource.ResourceWithConfigure   = (*mirrorTopicResource)(nil)
 	_ resource.ResourceWithImportState = (*mirrorTopicResource)(nil)
+	_ resource.ResourceWithModifyPlan  = (*mirrorTopicResource)(nil)
 )
+
+// The default timeouts of the timeouts block: how long a change of state
+// waits until every partition holds it. A promote waits for lag 0, so
+// update gets the longest.
+const (
+	defaultCreateTimeout = 10 * time.Minute
+	defaultUpdateTimeout = 20 * time.Minute
+	defaultDeleteTimeout = 10 * time.Minute
+)
+
+// pollInterval is how often a change of state reads describe back.
+var pollInterval = 250 * time.Millisecond
 
 // NewMirrorTopicResource is kafka_mirror_topic.
 func NewMirrorTopicResource() resource.Resource { return &mirrorTopicResource{} }
@@ -30,39 +50,56 @@ type mirrorTopicResource struct {
 }
 
 type mirrorTopicModel struct {
-	ID         types.String `tfsdk:"id"`
-	Mirror     types.String `tfsdk:"mirror"`
-	Topic      types.String `tfsdk:"topic"`
-	Partitions types.List   `tfsdk:"partitions"`
-	MaxLag     types.Int64  `tfsdk:"max_lag"`
-	Reason     types.String `tfsdk:"reason"`
+	ID               types.String   `tfsdk:"id"`
+	Mirror           types.String   `tfsdk:"mirror"`
+	Topic            types.String   `tfsdk:"topic"`
+	State            types.String   `tfsdk:"state"`
+	Partitions       types.List     `tfsdk:"partitions"`
+	MaxLag           types.Int64    `tfsdk:"max_lag"`
+	Reason           types.String   `tfsdk:"reason"`
+	ReadOnlyEnforced types.Bool     `tfsdk:"read_only_enforced"`
+	Timeouts         timeouts.Value `tfsdk:"timeouts"`
 }
 
 func (r *mirrorTopicResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_mirror_topic"
 }
 
-// topicFiguresSchema is the computed part shared with the data source.
-func topicFiguresDescriptions() (partitions, maxLag, reason string) {
+// topicFiguresDescriptions are the computed attributes' descriptions,
+// shared with the data source.
+func topicFiguresDescriptions() (partitions, maxLag, reason, readOnly string) {
 	return "The topic's partitions as the agent last reported them: `partition`, `source_offset` (source high watermark), " +
 			"`destination_offset` (next offset to write: every offset below it is mirrored), `lag` (records), " +
-			"`state` (`initializing`, `preparing`, `mirroring`, `paused`, `stopping`, `stopped` or `failed`) and " +
-			"`last_mirrored_offset` (-1 when none is). Empty until the agent has read the source topic's metadata.",
+			"`state` (`initializing`, `preparing`, `mirroring`, `paused`, `stopping`, `stopped` or `failed`), " +
+			"`stop_mode` (`failover` or `promote` for a stopping or stopped partition, else empty) and " +
+			"`last_mirrored_offset` (-1 when none is; after a stop, the final offset). Empty until the agent has read " +
+			"the source topic's metadata.",
 		"Largest partition lag of the topic, in records, when last read.",
-		"Why the topic or some of its partitions are not mirroring, empty when all are."
+		"Why the topic or some of its partitions are not mirroring, or how its partitions' states differ; empty when there is nothing to say.",
+		"Whether the destination topic is read-only for everyone but the agent (a DENY WRITE ACL for `User:*`). " +
+			"False without an authorizer on the destination, when the agent is not a super user there, and once the topic is stopped."
 }
 
-func (r *mirrorTopicResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
-	pd, ld, rd := topicFiguresDescriptions()
+const stateDescription = "Desired state of the topic: `mirroring` (the default), `paused` (mirroring halts and keeps its position; " +
+	"the destination topic stays read-only), `stopped` (failover: mirroring ends at once, the source reachable or not; " +
+	"records not mirrored yet stay on the source only) or `promoted` (mirroring ends once the destination has everything " +
+	"the source acknowledged: lag 0, RPO 0). A stopped or promoted topic is an ordinary writable topic on the destination " +
+	"and never mirrors again: changing `state` back fails at plan time (to mirror the other way, fail back with a mirror " +
+	"in the other direction). A change of state waits until every partition holds it, within the `timeouts` block, " +
+	"and the final offsets are in `partitions`.\n\n" +
+	"Read reports what the agent says: a topic paused or stopped outside Terraform shows up as a planned change. " +
+	"Besides the four values above it can report `stopping` (a stop under way), `failed` (some partition failed: " +
+	"`reason` says why; `mirroring` recovers it) and `mixed` (partitions in different states)."
+
+func (r *mirrorTopicResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	pd, ld, rd, rod := topicFiguresDescriptions()
 	resp.Schema = schema.Schema{
 		Description: "A topic mirrored by a `kafka_cluster_mirror`: the agent creates the destination topic and copies every " +
-			"partition offset-for-offset.\n\n" +
-			"This version only mirrors: there is no `state` argument yet; pausing, stopping and failing over come with " +
-			"the mirror lifecycle work and will add one (defaulting to mirroring). The per-partition states the agent " +
-			"reports are in `partitions`.\n\n" +
-			"Destroying this resource alone does not stop mirroring yet, because the agent has no stop operation in this " +
-			"version: the topic leaves the Terraform state with a warning and keeps mirroring until its mirror is destroyed. " +
-			"Destroying the mirror stops all of its topics and leaves the destination topics and their data in place.",
+			"partition offset-for-offset. `state` pauses, resumes, fails over or promotes it.\n\n" +
+			"**Destroying this resource never deletes data**: it stops mirroring the topic (a failover stop, unless it is " +
+			"already stopped or promoted) and leaves the destination topic and all its data in place, writable. The " +
+			"topic stays listed by its mirror as stopped and cannot be mirrored again by the same mirror; " +
+			"destroying the mirror forgets it.",
 		Attributes: map[string]schema.Attribute{
 			// Required attributes
 			"mirror": schema.StringAttribute{
@@ -77,6 +114,14 @@ func (r *mirrorTopicResource) Schema(_ context.Context, _ resource.SchemaRequest
 				Validators:    []validator.String{topicNameValidator},
 				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},
+			// Optional attributes
+			"state": schema.StringAttribute{
+				Optional:    true,
+				Computed:    true,
+				Default:     stringdefault.StaticString(topicMirroring),
+				Description: stateDescription,
+				Validators:  []validator.String{stringvalidator.OneOf(configurableTopicStates...)},
+			},
 			// Computed attributes
 			"id": schema.StringAttribute{
 				Computed:      true,
@@ -88,8 +133,17 @@ func (r *mirrorTopicResource) Schema(_ context.Context, _ resource.SchemaRequest
 				ElementType: partitionObjectType,
 				Description: pd,
 			},
-			"max_lag": schema.Int64Attribute{Computed: true, Description: ld},
-			"reason":  schema.StringAttribute{Computed: true, Description: rd},
+			"max_lag":            schema.Int64Attribute{Computed: true, Description: ld},
+			"reason":             schema.StringAttribute{Computed: true, Description: rd},
+			"read_only_enforced": schema.BoolAttribute{Computed: true, Description: rod},
+		},
+		Blocks: map[string]schema.Block{
+			"timeouts": timeouts.Block(ctx, timeouts.Opts{
+				Create: true, Update: true, Delete: true,
+				CreateDescription: "How long creating waits for a topic created `paused` to pause (default 10m).",
+				UpdateDescription: "How long a change of `state` waits until every partition holds it (default 20m; a promote waits for lag 0).",
+				DeleteDescription: "How long destroying waits for the failover stop to complete (default 10m).",
+			}),
 		},
 	}
 }
@@ -98,21 +152,104 @@ func (r *mirrorTopicResource) Configure(_ context.Context, req resource.Configur
 	r.client = clientFrom(req.ProviderData, &resp.Diagnostics)
 }
 
+// failbackHint is what to do instead of mirroring a stopped topic again.
+const failbackHint = "A stopped topic is writable on the destination and its mirror has ended for good: it cannot mirror, " +
+	"pause or be promoted again. To mirror it back, fail back: create a kafka_cluster_mirror in the other direction " +
+	"(on an agent next to the old source cluster) with a kafka_mirror_topic for it, and once it has caught up, promote " +
+	"that one. To keep this resource, set state to %q again."
+
+// checkTransition says why a plan cannot move a topic from state from to
+// state to, "" when it can. It is the plan-time side of the agent's rule
+// (partition.Transition): a stopped topic stays stopped.
+func checkTransition(from, to string) (summary, detail string) {
+	if from == to {
+		return "", ""
+	}
+	switch from {
+	case topicStopped, topicPromoted:
+		summary = fmt.Sprintf("Cannot change a %s topic to %s", from, to)
+		detail = fmt.Sprintf(failbackHint, from)
+		if terminal(to) {
+			detail = fmt.Sprintf("The topic is already stopped (by a %s stop); how it stopped cannot change afterwards. Set state to %q.",
+				map[string]string{topicStopped: "failover", topicPromoted: "promote"}[from], from)
+		}
+		return summary, detail
+	case topicStopping:
+		if !terminal(to) {
+			return fmt.Sprintf("Cannot change a stopping topic to %s", to),
+				"A stop is under way (started outside this configuration, or by an earlier apply that timed out): " +
+					"the topic becomes writable on the destination and cannot mirror again. Set state to \"stopped\" " +
+					"(which completes it as a failover) or \"promoted\"; to mirror back, fail back with a mirror in the other direction."
+		}
+	}
+	return "", ""
+}
+
+// ModifyPlan refuses impossible changes of state at plan time, and warns
+// what destroying does.
+func (r *mirrorTopicResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() {
+		if req.State.Raw.IsNull() {
+			return
+		}
+		var state mirrorTopicModel
+		resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+		if !terminal(state.State.ValueString()) {
+			resp.Diagnostics.AddWarning(fmt.Sprintf("Destroying kafka_mirror_topic %s stops mirroring it", topicID(state.Mirror.ValueString(), state.Topic.ValueString())),
+				"Destroy stops mirroring the topic (a failover stop: records not mirrored yet stay on the source only). "+
+					"The destination topic and its data stay in place and become writable; nothing is deleted.")
+		}
+		return
+	}
+	var plan mirrorTopicModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() || plan.State.IsUnknown() || plan.State.IsNull() {
+		return
+	}
+	to := plan.State.ValueString()
+	if req.State.Raw.IsNull() {
+		if terminal(to) {
+			resp.Diagnostics.AddAttributeError(path.Root("state"), fmt.Sprintf("A new mirror topic cannot start %s", to),
+				"A kafka_mirror_topic starts by mirroring: create it with state \"mirroring\" (or \"paused\"), then change "+
+					"state to stop or promote it. To manage a topic that is already stopped, import it: terraform import <address> MIRROR/TOPIC.")
+		}
+		return
+	}
+	var state mirrorTopicModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if !plan.Mirror.Equal(state.Mirror) || !plan.Topic.Equal(state.Topic) {
+		return // replaced: a new topic
+	}
+	if summary, detail := checkTransition(state.State.ValueString(), to); summary != "" {
+		resp.Diagnostics.AddAttributeError(path.Root("state"), summary, detail)
+	}
+}
+
 func (r *mirrorTopicResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var plan mirrorTopicModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
 	if resp.Diagnostics.HasError() || !needClient(r.client, &resp.Diagnostics) {
 		return
 	}
-	mirror, topic := plan.Mirror.ValueString(), plan.Topic.ValueString()
+	timeout, d := plan.Timeouts.Create(ctx, defaultCreateTimeout)
+	resp.Diagnostics.Append(d...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	mirror, topic, target := plan.Mirror.ValueString(), plan.Topic.ValueString(), plan.State.ValueString()
 	m, err := r.client.AddTopics(ctx, mirror, []string{topic})
 	if err != nil {
 		what := fmt.Sprintf("Adding topic %q to mirror %q", topic, mirror)
 		if cur, gerr := r.client.Mirror(ctx, mirror); gerr == nil {
 			if _, ok := findTopic(cur, topic); ok {
 				resp.Diagnostics.AddError(what+": already mirrored",
-					fmt.Sprintf("Mirror %q already mirrors topic %q. To manage it with Terraform, import it: terraform import <address> %s",
-						mirror, topic, topicID(mirror, topic)))
+					fmt.Sprintf("Mirror %q already mirrors topic %q (or mirrored it: a destroyed kafka_mirror_topic stays listed as stopped). "+
+						"To manage it with Terraform, import it: terraform import <address> %s", mirror, topic, topicID(mirror, topic)))
 				return
 			}
 		}
@@ -125,8 +262,51 @@ func (r *mirrorTopicResource) Create(ctx context.Context, req resource.CreateReq
 			fmt.Sprintf("The agent accepted topic %q for mirror %q but does not list it. Please report this issue to the provider developers.", topic, mirror))
 		return
 	}
+	if target == topicPaused {
+		// The agent pauses partitions it knows: wait until it has read
+		// the source topic and created the destination one.
+		if t, ok = r.pauseNew(ctx, &resp.Diagnostics, mirror, topic, timeout); !ok {
+			// Mirroring, not paused: keep it in the state so that the
+			// next plan pauses it (or destroys it) instead of adding it.
+			resp.Diagnostics.Append(setTopic(&plan, mirror, t)...)
+			resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+			return
+		}
+	}
 	resp.Diagnostics.Append(setTopic(&plan, mirror, t)...)
+	// A new topic is mirroring as soon as the agent has it, whatever its
+	// partitions say yet (initializing, or none read): the next refresh
+	// reports what they do.
+	plan.State = types.StringValue(target)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+// pauseNew pauses a topic just added, retrying while the agent does not
+// know its partitions yet, and waits until it is paused.
+func (r *mirrorTopicResource) pauseNew(ctx context.Context, diags *diag.Diagnostics, mirror, topic string, timeout time.Duration) (mirrorapi.Topic, bool) {
+	for {
+		err := r.client.PauseTopics(ctx, mirror, []string{topic})
+		if err == nil {
+			break
+		}
+		if !mirrorapi.IsCode(err, mirrorapi.CodeUnknownTopic) || ctx.Err() != nil {
+			what := fmt.Sprintf("Pausing new topic %q of mirror %q", topic, mirror)
+			t, _ := r.readTopic(context.WithoutCancel(ctx), mirror, topic)
+			if ctx.Err() != nil {
+				diags.AddError(what+": timed out",
+					fmt.Sprintf("After %s the agent has not read the topic's partitions yet (%s), so it cannot pause it; it mirrors "+
+						"as soon as it has them. Run terraform apply again to pause it, or raise the timeouts block's create.", timeout, orNone(t.Error)))
+				return t, false
+			}
+			addAgentError(diags, r.client, what, err)
+			return t, false
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(pollInterval):
+		}
+	}
+	return r.waitFor(ctx, diags, mirror, topic, topicPaused, timeout, "create")
 }
 
 func setTopic(model *mirrorTopicModel, mirror string, t mirrorapi.Topic) diag.Diagnostics {
@@ -134,9 +314,26 @@ func setTopic(model *mirrorTopicModel, mirror string, t mirrorapi.Topic) diag.Di
 	model.ID = types.StringValue(topicID(mirror, t.Name))
 	model.Mirror = types.StringValue(mirror)
 	model.Topic = types.StringValue(t.Name)
-	model.Partitions, model.MaxLag, model.Reason = f.Partitions, f.MaxLag, f.Reason
+	model.State = f.State
+	model.Partitions, model.MaxLag, model.Reason, model.ReadOnlyEnforced = f.Partitions, f.MaxLag, f.Reason, f.ReadOnlyEnforced
 	return diags
 }
+
+// readTopic reads topic of mirror from the agent; ok is false when the
+// mirror or the topic is gone.
+func (r *mirrorTopicResource) readTopic(ctx context.Context, mirror, topic string) (t mirrorapi.Topic, err error) {
+	m, err := r.client.Mirror(ctx, mirror)
+	if err != nil {
+		return t, err
+	}
+	t, ok := findTopic(m, topic)
+	if !ok {
+		return t, errTopicGone
+	}
+	return t, nil
+}
+
+var errTopicGone = errors.New("topic not mirrored")
 
 func (r *mirrorTopicResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
 	var state mirrorTopicModel
@@ -145,72 +342,228 @@ func (r *mirrorTopicResource) Read(ctx context.Context, req resource.ReadRequest
 		return
 	}
 	mirror, topic := state.Mirror.ValueString(), state.Topic.ValueString()
-	m, err := r.client.Mirror(ctx, mirror)
-	if mirrorapi.IsCode(err, mirrorapi.CodeMirrorNotFound) {
+	t, err := r.readTopic(ctx, mirror, topic)
+	if mirrorapi.IsCode(err, mirrorapi.CodeMirrorNotFound) || errors.Is(err, errTopicGone) {
+		// No longer mirrored (removed outside Terraform): the plan adds it.
 		resp.State.RemoveResource(ctx)
 		return
 	}
 	if err != nil {
 		addAgentError(&resp.Diagnostics, r.client, fmt.Sprintf("Reading topic %q of mirror %q", topic, mirror), err)
-		return
-	}
-	t, ok := findTopic(m, topic)
-	if !ok {
-		// No longer mirrored (removed outside Terraform): the plan adds it.
-		resp.State.RemoveResource(ctx)
 		return
 	}
 	resp.Diagnostics.Append(setTopic(&state, mirror, t)...)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
 }
 
-// Update only refreshes: every argument forces replacement, so a plan
-// reaches Update only when nothing the user sets changed.
+// Update changes the topic's state (mirror and topic force replacement):
+// it calls the agent's operation and waits until every partition holds
+// the new state, then records the final figures.
 func (r *mirrorTopicResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	var plan mirrorTopicModel
+	var plan, prior mirrorTopicModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &prior)...)
 	if resp.Diagnostics.HasError() || !needClient(r.client, &resp.Diagnostics) {
 		return
 	}
-	mirror, topic := plan.Mirror.ValueString(), plan.Topic.ValueString()
-	m, err := r.client.Mirror(ctx, mirror)
-	if err != nil {
-		addAgentError(&resp.Diagnostics, r.client, fmt.Sprintf("Reading topic %q of mirror %q", topic, mirror), err)
+	timeout, d := plan.Timeouts.Update(ctx, defaultUpdateTimeout)
+	resp.Diagnostics.Append(d...)
+	if resp.Diagnostics.HasError() {
 		return
 	}
-	t, ok := findTopic(m, topic)
-	if !ok {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	mirror, topic := plan.Mirror.ValueString(), plan.Topic.ValueString()
+	from, to := prior.State.ValueString(), plan.State.ValueString()
+	t, err := r.readTopic(ctx, mirror, topic)
+	if errors.Is(err, errTopicGone) || mirrorapi.IsCode(err, mirrorapi.CodeMirrorNotFound) {
 		resp.Diagnostics.AddError(fmt.Sprintf("Topic %q is no longer mirrored by %q", topic, mirror),
 			"The topic was removed outside Terraform during this run. Run terraform apply again to add it back.")
 		return
 	}
+	if err != nil {
+		addAgentError(&resp.Diagnostics, r.client, fmt.Sprintf("Reading topic %q of mirror %q", topic, mirror), err)
+		return
+	}
+	if cur, _ := topicState(t); cur != to {
+		// The agent, not the prior state, says where the topic is now.
+		if summary, detail := checkTransition(cur, to); summary != "" {
+			resp.Diagnostics.AddAttributeError(path.Root("state"), summary, detail)
+			return
+		}
+		if err := r.apply(ctx, mirror, topic, cur, to); err != nil {
+			addAgentError(&resp.Diagnostics, r.client, fmt.Sprintf("Changing topic %q of mirror %q from %s to %s", topic, mirror, from, to), err)
+			return
+		}
+		var ok bool
+		if t, ok = r.waitFor(ctx, &resp.Diagnostics, mirror, topic, to, timeout, "update"); !ok {
+			return
+		}
+		logFinalOffsets(ctx, mirror, to, t)
+	}
 	resp.Diagnostics.Append(setTopic(&plan, mirror, t)...)
+	if plan.State.ValueString() != to {
+		resp.Diagnostics.AddError(fmt.Sprintf("Topic %q of mirror %q is %s, not %s", topic, mirror, plan.State.ValueString(), to),
+			"The agent reports another state than the one asked for: "+plan.Reason.ValueString())
+		return
+	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 
+// apply calls the agent's operation that moves topic from state from to
+// state to.
+func (r *mirrorTopicResource) apply(ctx context.Context, mirror, topic, from, to string) error {
+	topics := []string{topic}
+	switch to {
+	case topicMirroring:
+		if from == topicFailed {
+			return r.client.RecoverTopics(ctx, mirror, topics)
+		}
+		return r.client.ResumeTopics(ctx, mirror, topics)
+	case topicPaused:
+		return r.client.PauseTopics(ctx, mirror, topics)
+	case topicStopped:
+		return r.client.StopTopics(ctx, mirror, topics, mirrorapi.StopModeFailover)
+	case topicPromoted:
+		return r.client.StopTopics(ctx, mirror, topics, mirrorapi.StopModePromote)
+	}
+	return fmt.Errorf("state %q cannot be asked for", to)
+}
+
+// reached says whether every partition of t holds state.
+func reached(t mirrorapi.Topic, state string) bool {
+	if len(t.Partitions) == 0 {
+		return false
+	}
+	for _, p := range t.Partitions {
+		if state == topicMirroring && p.State != mirrorapi.StateMirroring {
+			return false // settled: not just initializing
+		}
+		if s := partitionTopicState(p); s != state && !(state == topicStopped && terminal(s)) {
+			return false
+		}
+	}
+	return true
+}
+
+// waitFor polls the agent until every partition of topic holds state, a
+// partition fails on the way, or ctx ends; ok says whether it holds.
+func (r *mirrorTopicResource) waitFor(ctx context.Context, diags *diag.Diagnostics, mirror, topic, state string, timeout time.Duration, op string) (t mirrorapi.Topic, ok bool) {
+	what := fmt.Sprintf("Waiting for topic %q of mirror %q to be %s", topic, mirror, state)
+	for {
+		var err error
+		t, err = r.readTopic(ctx, mirror, topic)
+		switch {
+		case err == nil && reached(t, state):
+			return t, true
+		case err == nil:
+			if msg := stuck(t, state); msg != "" {
+				diags.AddError(what+": it cannot get there", msg)
+				return t, false
+			}
+		case ctx.Err() == nil && !mirrorapi.IsCode(err, mirrorapi.CodeNotReady):
+			addAgentError(diags, r.client, what, err)
+			return t, false
+		}
+		select {
+		case <-ctx.Done():
+			f, _ := flattenTopic(t)
+			diags.AddError(what+": timed out",
+				fmt.Sprintf("After %s the partitions are not all %s yet (%s). The operation goes on in the agent: run terraform apply "+
+					"again to wait more, or raise the timeouts block's %s (timeouts { %s = \"30m\" }). Partition states: %s",
+					timeout, state, orNone(f.Reason.ValueString()), op, op, partitionStates(t)))
+			return t, false
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// stuck says why topic t will not reach state on its own, "" when it may.
+func stuck(t mirrorapi.Topic, state string) string {
+	for _, p := range t.Partitions {
+		switch {
+		case p.State == mirrorapi.StateFailed && state != topicStopped:
+			return fmt.Sprintf("Partition %d failed: %s. Set state to \"mirroring\" to recover it, or to \"stopped\" to fail over.", p.Partition, p.Reason)
+		case state == topicPromoted && p.State == mirrorapi.StateMirroring && strings.Contains(p.Reason, "promote timed out"):
+			return fmt.Sprintf("Partition %d: %s. Run terraform apply again to retry the promote, or set state to \"stopped\" to fail over at once.", p.Partition, p.Reason)
+		case state == topicPromoted && p.State == mirrorapi.StateStopped && p.StopMode == mirrorapi.StopModeFailover:
+			return fmt.Sprintf("Partition %d was stopped by a failover stop, not a promote (records not mirrored then stay on the source only). Set state to \"stopped\".", p.Partition)
+		}
+	}
+	return ""
+}
+
+func partitionStates(t mirrorapi.Topic) string {
+	if len(t.Partitions) == 0 {
+		return "none known yet"
+	}
+	parts := make([]string, 0, len(t.Partitions))
+	for _, p := range t.Partitions {
+		parts = append(parts, fmt.Sprintf("%d %s", p.Partition, stateName(p.State)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no reason reported"
+	}
+	return s
+}
+
+// logFinalOffsets logs where each partition ended after a change of state.
+func logFinalOffsets(ctx context.Context, mirror, state string, t mirrorapi.Topic) {
+	for _, p := range t.Partitions {
+		tflog.Info(ctx, "mirror topic partition reached its state", map[string]any{
+			"mirror": mirror, "topic": t.Name, "partition": p.Partition, "state": state,
+			"destination_offset": p.DestinationOffset, "last_mirrored_offset": p.LastMirrored, "source_offset": p.SourceOffset,
+		})
+	}
+}
+
+// Delete stops mirroring the topic (failover) and waits until it has
+// stopped; the destination topic and its data stay.
 func (r *mirrorTopicResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state mirrorTopicModel
 	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
 	if resp.Diagnostics.HasError() || !needClient(r.client, &resp.Diagnostics) {
 		return
 	}
+	timeout, d := state.Timeouts.Delete(ctx, defaultDeleteTimeout)
+	resp.Diagnostics.Append(d...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	mirror, topic := state.Mirror.ValueString(), state.Topic.ValueString()
-	m, err := r.client.Mirror(ctx, mirror)
-	if mirrorapi.IsCode(err, mirrorapi.CodeMirrorNotFound) {
+	t, err := r.readTopic(ctx, mirror, topic)
+	if mirrorapi.IsCode(err, mirrorapi.CodeMirrorNotFound) || errors.Is(err, errTopicGone) {
 		return
 	}
 	if err != nil {
 		addAgentError(&resp.Diagnostics, r.client, fmt.Sprintf("Reading topic %q of mirror %q", topic, mirror), err)
 		return
 	}
-	if _, ok := findTopic(m, topic); !ok {
+	cur, _ := topicState(t)
+	if terminal(cur) {
+		return // already stopped: nothing mirrors, the data stays
+	}
+	if len(t.Partitions) == 0 {
+		// Nothing created on the destination yet, so nothing to stop:
+		// the agent refuses a stop of a topic it has no partitions of.
+		resp.Diagnostics.AddWarning(fmt.Sprintf("Topic %q keeps its place in mirror %q", topic, mirror),
+			fmt.Sprintf("The agent has not read topic %q's partitions yet (%s), so it cannot stop it; it stays listed by mirror %q "+
+				"until the mirror is destroyed. Nothing was written to the destination.", topic, orNone(t.Error), mirror))
 		return
 	}
-	// TODO(lifecycle): call the agent's stop route once it exists.
-	resp.Diagnostics.AddWarning(fmt.Sprintf("Topic %q still mirrors", topic),
-		fmt.Sprintf("The kmirror agent has no stop operation in this provider version, so topic %q keeps mirroring under mirror %q; "+
-			"it was only removed from the Terraform state. Mirroring stops when the mirror is destroyed (the destination topic and its data stay). "+
-			"To manage the topic again, import it: terraform import <address> %s", topic, mirror, topicID(mirror, topic)))
+	if err := r.client.StopTopics(ctx, mirror, []string{topic}, mirrorapi.StopModeFailover); err != nil {
+		addAgentError(&resp.Diagnostics, r.client, fmt.Sprintf("Stopping topic %q of mirror %q", topic, mirror), err)
+		return
+	}
+	if t, ok := r.waitFor(ctx, &resp.Diagnostics, mirror, topic, topicStopped, timeout, "delete"); ok {
+		logFinalOffsets(ctx, mirror, topicStopped, t)
+	}
 }
 
 func (r *mirrorTopicResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {

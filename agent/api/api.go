@@ -56,6 +56,13 @@ type Options struct {
 	// authentication (the agent allows that on loopback addresses only).
 	Tokens []string
 	Logger hclog.Logger
+	// Metrics, when set, is served at GET /metrics (Prometheus text
+	// format), before the state topic is loaded too. It needs a bearer
+	// token like /v1 when tokens are configured: the series name every
+	// mirror and topic, and Prometheus sends one with authorization:
+	// credentials_file. The agent's metrics_listen serves it without one.
+	// It is not in routes: not part of the JSON API nor of openapi.json.
+	Metrics http.Handler
 }
 
 // Server is the API's handler. It answers /healthz at once, and the other
@@ -126,6 +133,16 @@ func New(o Options) *Server {
 		}
 		_, _ = io.WriteString(w, "ready\n")
 	})
+	if o.Metrics != nil {
+		s.mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+			if !s.authorized(r) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="kmirror"`)
+				writeError(w, http.StatusUnauthorized, mirrorapi.CodeUnauthorized, "a valid bearer token is required: send the header Authorization: Bearer TOKEN")
+				return
+			}
+			o.Metrics.ServeHTTP(w, r)
+		})
+	}
 	for _, rt := range routes {
 		if rt.public {
 			continue

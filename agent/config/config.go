@@ -27,6 +27,10 @@ type File struct {
 	// TokenFile holds the API's bearer tokens, one a line. Without it the
 	// API listens on loopback addresses only.
 	TokenFile string `hcl:"token_file,optional"`
+	// MetricsListen, when set, is a second address serving only GET
+	// /metrics (Prometheus), without authentication; the API listener
+	// serves /metrics too, behind the bearer token.
+	MetricsListen string `hcl:"metrics_listen,optional"`
 	// BufferBytes bounds fetched-but-unwritten bytes (default 256 MiB).
 	BufferBytes int64 `hcl:"buffer_bytes,optional"`
 	// MetadataRefreshInterval is how often source topics are checked for

@@ -155,8 +155,8 @@ func (c *Coordinator) AddTopics(ctx context.Context, name string, topics []strin
 
 // Delete removes mirror name: it stops its partitions and removes its
 // records from the state topic. Destination topics and their data stay, as
-// ordinary topics. A mirror with topics is refused with ErrMirrorHasTopics
-// unless force is set.
+// ordinary topics, writable (their read-only ACLs are removed). A mirror
+// with topics is refused with ErrMirrorHasTopics unless force is set.
 func (c *Coordinator) Delete(ctx context.Context, name string, force bool) error {
 	adminMu.Lock()
 	defer adminMu.Unlock()
@@ -171,6 +171,16 @@ func (c *Coordinator) Delete(ctx context.Context, name string, force bool) error
 		return fmt.Errorf("mirror %q has %d topic(s) %q: %w; stop them first, or delete with force (the destination topics and their data stay)", name, n, rec.Spec.Topics, ErrMirrorHasTopics)
 	}
 	c.stop(name)
+	// Its topics stay as ordinary, writable topics: their read-only ACLs
+	// go first, so that a failure leaves the mirror to retry with.
+	if st := c.roStatusNow(); st == nil || st.Authorizer {
+		for _, t := range rec.Spec.Topics {
+			if err := c.ro.Release(ctx, t); err != nil {
+				c.start(name)
+				return fmt.Errorf("deleting mirror %q: making topic %q writable again: %w", name, t, err)
+			}
+		}
+	}
 	// The mirror's own records first and the mirror record last: if this is
 	// interrupted, the mirror is still there and a retry finishes the job.
 	// A mirror's records are keyed KIND/MIRROR/..., such as

@@ -23,6 +23,7 @@ import (
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/leaders"
 	"github.com/kmirror/kmirror/agent/partition"
+	"github.com/kmirror/kmirror/agent/readonly"
 	"github.com/kmirror/kmirror/agent/statestore"
 	"github.com/kmirror/kmirror/agent/writer"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
@@ -109,7 +110,8 @@ type Config struct {
 	// reason that says what it waited for.
 	PromoteTimeout time.Duration
 	// SourceFence fences writes on the source topics when a promote
-	// starts; nil fences nothing (see SourceFence).
+	// starts; nil fences nothing, and promotes say so (see SourceFence;
+	// ACLSourceFence fences with a DENY WRITE ACL).
 	SourceFence SourceFence
 	Logger      hclog.Logger
 }
@@ -123,6 +125,14 @@ type Coordinator struct {
 	dstAdm *kadm.Client
 	writer *writer.Writer
 	budget *fetcher.Budget
+
+	// Read-only mirror topics (readonly.go): the destination's enforcer
+	// and the result of its Check, nil until one concluded.
+	ro          *readonly.Enforcer
+	roMu        sync.Mutex
+	roStatus    *readonly.Status
+	roErr       string
+	roCheckedAt time.Time
 
 	mu      sync.Mutex
 	runCtx  context.Context
@@ -149,7 +159,7 @@ type partitionRecord struct {
 	// was kept).
 	LastMirroredOffset int64 `json:"last_mirrored_offset"`
 	// StopMode is how a STOPPING partition stops, to finish the stop
-	// after a restart.
+	// after a restart, and how a STOPPED one stopped (describe shows it).
 	StopMode StopMode `json:"stop_mode,omitempty"`
 }
 
@@ -230,16 +240,24 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 		dst.Close()
 		return nil, err
 	}
-	return &Coordinator{
+	dstAdm := kadm.NewClient(dst)
+	c := &Coordinator{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		store:   store,
 		dst:     dst,
-		dstAdm:  kadm.NewClient(dst),
+		dstAdm:  dstAdm,
 		writer:  writer.New(dst, leaders.New(dst)),
 		budget:  fetcher.NewBudget(cfg.BufferBytes),
 		mirrors: map[string]*mirror{},
-	}, nil
+		// The agent's own writing client: Check produces through a
+		// DENY with it to learn whether the agent is a super user.
+		ro: readonly.New(dstAdm, readonly.WithClient(dst)),
+	}
+	// Once per destination, at start; a check that does not conclude is
+	// retried at the mirrors' topic syncs.
+	c.checkReadOnly(ctx)
+	return c, nil
 }
 
 // Close releases the coordinator's connections; call it after Run returns.

@@ -16,6 +16,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/partition"
 )
@@ -43,28 +46,37 @@ type FenceRequest struct {
 	Mirror string
 	Source Source
 	Topics []string
+	// Admin reaches the source as the mirror does: the mirror's own
+	// source client, or one made from the same options when the mirror is
+	// not connected.
+	Admin *kadm.Client
 }
 
 // SourceFence stops writes to the source topics of a promote, so that the
-// source high watermark the promote waits for stops moving: the engineer's
-// implementation adds a DENY WRITE ACL for User:* on each source topic
-// (KIP-1279's read-only enforcement, applied to the old primary). It plugs
-// in as Config.SourceFence; StopTopics calls Fence once, before any state
+// source high watermark the promote waits for stops moving: ACLSourceFence
+// adds a DENY WRITE ACL for User:* on each source topic (KIP-1279's
+// read-only enforcement, applied to the old primary). It plugs in as
+// Config.SourceFence; StopTopics calls Fence once, before any state
 // changes, when a promote is issued, and again when a promote interrupted
-// by an agent restart resumes. An error refuses the promote. Fence must be
-// idempotent. Without a fence (NoSourceFence, the default) a promote waits
-// until producers stop on their own, and a record acknowledged by the
-// source between the agent's last look and the stop sends the partition
-// back to mirroring rather than being lost.
+// by an agent restart resumes. An error refuses the promote; a result with
+// Fenced false lets it go on, and its reason is shown in describe (the
+// partitions' reasons and the mirror's warnings): the promote is not
+// silently taken for fenced. Fence must be idempotent. Without a fence
+// (NoSourceFence, the default) a promote waits until producers stop on
+// their own, and a record acknowledged by the source between the agent's
+// last look and the stop sends the partition back to mirroring rather than
+// being lost.
 type SourceFence interface {
-	Fence(ctx context.Context, req FenceRequest) error
+	Fence(ctx context.Context, req FenceRequest) (FenceResult, error)
 }
 
-// NoSourceFence fences nothing.
+// NoSourceFence fences nothing, and says so.
 type NoSourceFence struct{}
 
 // Fence does nothing.
-func (NoSourceFence) Fence(context.Context, FenceRequest) error { return nil }
+func (NoSourceFence) Fence(_ context.Context, req FenceRequest) (FenceResult, error) {
+	return FenceResult{Reason: fmt.Sprintf("source writes to %q were NOT fenced: the agent has no source fence configured; RPO 0 depends on producers having stopped writing to the source", req.Topics)}, nil
+}
 
 // PauseTopics pauses every partition of topics of mirror name: each stops
 // writing at a batch boundary and keeps its position; the topics stay
@@ -158,8 +170,8 @@ func (c *Coordinator) lifecycle(ctx context.Context, name string, topics []strin
 		}
 	}
 	if op == partition.OpStopPromote {
-		if err := c.cfg.SourceFence.Fence(ctx, FenceRequest{Mirror: name, Source: rec.Spec.Source, Topics: topics}); err != nil {
-			return fmt.Errorf("promote: fencing writes on the source topics %q: %w", topics, err)
+		if err := m.fenceSource(ctx, topics); err != nil {
+			return err
 		}
 	}
 	m.log.Info("lifecycle operation", "op", op, "topics", topics, "partitions", len(targets))
@@ -195,6 +207,67 @@ func (c *Coordinator) lifecycle(ctx context.Context, name string, topics []strin
 	}
 	m.kick()
 	return nil
+}
+
+// fenceSource fences writes on the source topics of a promote (see
+// SourceFence) through the mirror's source client, or one made from the same
+// options when the mirror is not connected, and records whether it did for
+// describe. An error refuses the promote.
+func (m *mirror) fenceSource(ctx context.Context, topics []string) error {
+	m.mu.Lock()
+	src := m.source
+	spec := m.spec
+	m.mu.Unlock()
+	var adm *kadm.Client
+	if src != nil {
+		adm = kadm.NewClient(src.cl)
+	} else {
+		cl, err := kgo.NewClient(m.c.cfg.SourceOpts(spec.Source)...)
+		if err != nil {
+			return fmt.Errorf("promote: connecting to the source to fence writes on %q: %w", topics, err)
+		}
+		defer cl.Close()
+		adm = kadm.NewClient(cl)
+	}
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	res, err := m.c.cfg.SourceFence.Fence(fctx, FenceRequest{Mirror: spec.Name, Source: spec.Source, Topics: topics, Admin: adm})
+	if err != nil {
+		return fmt.Errorf("promote: fencing writes on the source topics %q: %w", topics, err)
+	}
+	reason := ""
+	if !res.Fenced {
+		reason = res.Reason
+		if reason == "" {
+			reason = fmt.Sprintf("source writes to %q were NOT fenced; RPO 0 depends on producers having stopped writing to the source", topics)
+		}
+		m.log.Warn("promote: source writes not fenced", "topics", topics, "reason", reason)
+	} else {
+		m.log.Info("promote: source writes fenced", "topics", topics)
+	}
+	m.mu.Lock()
+	for _, t := range topics {
+		m.fenced[t] = fenceState{done: true, reason: reason}
+	}
+	m.mu.Unlock()
+	return nil
+}
+
+// fenceState is what the source fence of a topic's promote did.
+type fenceState struct {
+	done   bool   // fenced or tried, in this run of the mirror
+	reason string // why source writes are not fenced; empty when they are
+}
+
+// fenceNote is what a promote of topic adds to its partitions' reasons: ""
+// when source writes are fenced, else why not.
+func (m *mirror) fenceNote(topic string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r := m.fenced[topic].reason; r != "" {
+		return "; " + r
+	}
+	return ""
 }
 
 func opVerb(op partition.Op) string {
@@ -427,12 +500,24 @@ func (m *mirror) finishStop(tp fetcher.TP, rp *runningPartition, stop context.Ca
 		m.log.Error("stop failed", "partition", tp.String(), "error", err)
 		return
 	}
-	rp.pm.Restore(partition.Stopped, "")
-	m.persist(tp, partitionRecord{State: partition.Stopped, LastMirroredOffset: lmo})
+	reason := ""
+	if mode == StopPromote {
+		if note := m.fenceNote(tp.Topic); note != "" {
+			reason = "promoted" + note
+		}
+	}
+	m.mu.Lock()
+	m.stoppedBy[tp] = mode
+	m.mu.Unlock()
+	rp.pm.Restore(partition.Stopped, reason)
+	m.persist(tp, partitionRecord{State: partition.Stopped, Reason: reason, LastMirroredOffset: lmo, StopMode: mode})
 	m.mu.Lock()
 	delete(m.stopModes, tp)
 	m.mu.Unlock()
 	m.log.Info("partition stopped", "partition", tp.String(), "mode", mode, "last_mirrored_offset", lmo)
+	// The topic is an ordinary writable topic once all its partitions
+	// are STOPPED (DESIGN §4).
+	m.releaseIfStopped(tp.Topic)
 }
 
 // stopPromote moves tp to STOPPING and waits for lag 0 in the background.
@@ -443,7 +528,7 @@ func (m *mirror) stopPromote(tp fetcher.TP) {
 	rp := m.parts[tp]
 	running := rp != nil && rp.stop != nil
 	m.mu.Unlock()
-	pr := partitionRecord{State: partition.Stopping, Reason: promoteReason, StopMode: StopPromote}
+	pr := partitionRecord{State: partition.Stopping, Reason: promoteReason + m.fenceNote(tp.Topic), StopMode: StopPromote}
 	if running {
 		pr.LastMirroredOffset = rp.pm.Status().LastMirrored
 		m.persist(tp, pr)
@@ -455,7 +540,7 @@ func (m *mirror) stopPromote(tp fetcher.TP) {
 	if rp == nil {
 		rp, _ = m.take(tp)
 	}
-	rp.pm.SetStopping(promoteReason + " (the partition mirror starts again first)")
+	rp.pm.SetStopping(promoteReason + " (the partition mirror starts again first)" + m.fenceNote(tp.Topic))
 	m.restartPartition(tp, pr, false)
 }
 
@@ -472,7 +557,7 @@ func (m *mirror) startPromote(tp fetcher.TP, pm *partition.Mirror) {
 		m.promoteBy[tp] = deadline
 	}
 	m.mu.Unlock()
-	pm.SetStopping(promoteReason)
+	pm.SetStopping(promoteReason + m.fenceNote(tp.Topic))
 	m.ops.Add(1)
 	go func() {
 		defer m.ops.Done()
@@ -513,7 +598,7 @@ func (m *mirror) promote(tp fetcher.TP, pm *partition.Mirror, deadline time.Time
 			m.log.Warn("promote timed out", "partition", tp.String(), "waiting_for", waitFor)
 			return
 		}
-		pm.SetStopping("promote: waiting for " + waitFor)
+		pm.SetStopping("promote: waiting for " + waitFor + m.fenceNote(tp.Topic))
 		select {
 		case <-m.ctx.Done():
 		case <-time.After(100 * time.Millisecond):
@@ -564,7 +649,7 @@ func (m *mirror) promoteStop(tp fetcher.TP, rp *runningPartition) {
 	still := m.stopModes[tp] == StopPromote
 	m.mu.Unlock()
 	if still {
-		m.restartPartition(tp, partitionRecord{State: partition.Stopping, Reason: promoteReason, StopMode: StopPromote}, false)
+		m.restartPartition(tp, partitionRecord{State: partition.Stopping, Reason: promoteReason + m.fenceNote(tp.Topic), StopMode: StopPromote}, false)
 	}
 }
 
@@ -581,6 +666,9 @@ func (m *mirror) restorePartition(tp fetcher.TP, cfg partition.Config, pr partit
 		}
 		m.mu.Lock()
 		m.parts[tp] = &runningPartition{pm: pm, done: closedDone()}
+		if pr.State == partition.Stopped {
+			m.stoppedBy[tp] = pr.StopMode
+		}
 		m.mu.Unlock()
 		return true
 	case partition.Stopping:
@@ -627,6 +715,7 @@ func (m *mirror) restoreStoppedTopic(topic string) bool {
 		pm.Restore(pr.State, pr.Reason)
 		pm.RestoreOffsets(pr.LastMirroredOffset)
 		m.parts[tp] = &runningPartition{pm: pm, done: closedDone()}
+		m.stoppedBy[tp] = pr.StopMode
 	}
 	return true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -67,12 +68,20 @@ type mirror struct {
 	ctx       context.Context // run's; set before anything else runs
 	ops       sync.WaitGroup  // lifecycle goroutines; run waits for them
 	stopModes map[fetcher.TP]StopMode
+	stoppedBy map[fetcher.TP]StopMode  // how STOPPED partitions stopped (describe's stop_mode)
 	promoteBy map[fetcher.TP]time.Time // promote deadlines
 	// recovering: partitions and topics a recover cleared, until their
 	// next start.
 	recoverTPs    map[fetcher.TP]bool
 	recoverTopics map[string]bool
 	source        *sourceReader // the connected source, nil when none
+
+	// Read-only mirror topics (readonly.go), by topic: what describe
+	// says, and the topics whose ACL this run released.
+	ro         map[string]roState
+	roReleased map[string]bool
+	// fenced: the source fences of promotes, by topic.
+	fenced map[string]fenceState
 }
 
 func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
@@ -80,7 +89,8 @@ func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
 		c: c, log: c.log.Named("mirror").With("mirror", rec.Spec.Name), rec: rec, spec: rec.Spec,
 		topicErrs: map[string]string{}, parts: map[fetcher.TP]*runningPartition{},
 		refresh: make(chan struct{}, 1), done: make(chan struct{}),
-		stopModes: map[fetcher.TP]StopMode{}, promoteBy: map[fetcher.TP]time.Time{}, recoverTPs: map[fetcher.TP]bool{}, recoverTopics: map[string]bool{},
+		stopModes: map[fetcher.TP]StopMode{}, stoppedBy: map[fetcher.TP]StopMode{}, promoteBy: map[fetcher.TP]time.Time{}, recoverTPs: map[fetcher.TP]bool{}, recoverTopics: map[string]bool{},
+		ro: map[string]roState{}, roReleased: map[string]bool{}, fenced: map[string]fenceState{},
 		ctx: context.Background(),
 	}
 }
@@ -229,13 +239,18 @@ func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 	name := m.rec.Spec.Name
 	if m.restoreStoppedTopic(topic) {
 		// A stopped topic is an ordinary destination topic now: neither
-		// its configs nor its partitions follow the source any more.
+		// its configs nor its partitions follow the source any more,
+		// and it is writable (its ACL is removed, again after a
+		// restart in case the stop could not).
+		m.releaseReadOnly(ctx, topic)
 		return nil
 	}
 	info, err := mgr.Ensure(ctx, topic)
 	if err != nil {
 		return err
 	}
+	// Read-only before any partition mirror starts writing it.
+	m.enforceReadOnly(ctx, topic)
 	var tr topicRecord
 	srcID, dstID := topicID(info.SourceTopicID), topicID(info.DestinationTopicID)
 	m.mu.Lock()
@@ -338,7 +353,19 @@ func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 			pm.Run(pctx)
 		}()
 		if persisted && pr.State == partition.Stopping && pr.StopMode == StopPromote {
-			// A promote that was under way waits for lag 0 again.
+			// A promote that was under way fences the source again
+			// (idempotent) and waits for lag 0 again.
+			m.mu.Lock()
+			fenced := m.fenced[topic].done
+			m.mu.Unlock()
+			if !fenced {
+				if err := m.fenceSource(ctx, []string{topic}); err != nil {
+					m.log.Error("promote resumed after a restart: fencing the source failed; the promote waits for producers to stop", "topic", topic, "error", err)
+					m.mu.Lock()
+					m.fenced[topic] = fenceState{done: true, reason: err.Error()}
+					m.mu.Unlock()
+				}
+			}
 			m.startPromote(tp, pm)
 		}
 	}
@@ -377,9 +404,14 @@ func (m *mirror) failTopic(ctx context.Context, topic string, partitions int32, 
 
 func (m *mirror) persistPartition(ctx context.Context, tp fetcher.TP, st partition.Status) {
 	rec := partitionRecord{State: st.State, Reason: st.Reason, LastMirroredOffset: st.LastMirrored}
-	if st.State == partition.Stopping {
+	switch st.State {
+	case partition.Stopping:
 		m.mu.Lock()
 		rec.StopMode = m.stopModes[tp]
+		m.mu.Unlock()
+	case partition.Stopped:
+		m.mu.Lock()
+		rec.StopMode = m.stoppedBy[tp]
 		m.mu.Unlock()
 	}
 	if err := m.c.putJSON(ctx, partitionKey(m.rec.Spec.Name, tp), rec); err != nil && !errors.Is(err, context.Canceled) {
@@ -390,20 +422,34 @@ func (m *mirror) persistPartition(ctx context.Context, tp fetcher.TP, st partiti
 func (m *mirror) status() MirrorStatus {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	st := MirrorStatus{Name: m.spec.Name, Source: m.spec.Source, Error: m.err, Warnings: m.warnings, StateCounts: map[partition.State]int{}}
+	st := MirrorStatus{Name: m.spec.Name, Source: m.spec.Source, Error: m.err, Warnings: slices.Clone(m.warnings), StateCounts: map[partition.State]int{}}
 	if m.fetch != nil {
 		st.BufferedBytes = m.fetch.Buffered()
 	}
 	byTopic := map[string]*TopicStatus{}
 	for _, t := range m.spec.Topics {
-		byTopic[t] = &TopicStatus{Name: t, Error: m.topicErrs[t]}
+		ro := m.ro[t]
+		byTopic[t] = &TopicStatus{Name: t, Error: m.topicErrs[t], ReadOnlyEnforced: ro.enforced, ReadOnlyReason: ro.reason}
+		if f := m.fenced[t]; f.reason != "" {
+			st.Warnings = append(st.Warnings, fmt.Sprintf("topic %s: promote: %s", t, f.reason))
+		}
 	}
+	if c := m.c.roStatusNow(); c != nil && c.Authorizer && !c.SuperUser {
+		st.Warnings = append(st.Warnings, "mirror topics are not read-only: "+c.Reason)
+	}
+
 	for tp, rp := range m.parts {
 		ts, ok := byTopic[tp.Topic]
 		if !ok {
 			continue
 		}
 		ps := rp.pm.Status()
+		switch ps.State {
+		case partition.Stopping:
+			ps.StopMode = string(m.stopModes[tp])
+		case partition.Stopped:
+			ps.StopMode = string(m.stoppedBy[tp])
+		}
 		ts.Partitions = append(ts.Partitions, ps)
 		st.StateCounts[ps.State]++
 		st.MaxLag = max(st.MaxLag, ps.Lag)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kmirror/kmirror/agent/coordinator"
 	"github.com/kmirror/kmirror/agent/partition"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
 	"github.com/kmirror/kmirror/internal/verify"
 	"github.com/kmirror/kmirror/internal/workload"
 )
@@ -173,6 +174,9 @@ func TestStopFailover(t *testing.T) {
 		if ps2[part].LastMirrored != st.LastMirrored {
 			t.Errorf("partition %d: last mirrored offset %d after the restart, %d before", part, ps2[part].LastMirrored, st.LastMirrored)
 		}
+		if st.StopMode != mirrorapi.StopModeFailover || ps2[part].StopMode != mirrorapi.StopModeFailover {
+			t.Errorf("partition %d: stop mode %q, %q after the restart; want failover", part, st.StopMode, ps2[part].StopMode)
+		}
 	}
 	err := a2.co.ResumeTopics(testCtx(t), mirrorName, []string{lifecycleTopic})
 	if err == nil || !strings.Contains(err.Error(), "topic orders is STOPPED: a stopped topic is writable on the destination and cannot mirror again") {
@@ -209,7 +213,9 @@ func TestStopFailoverSourceGone(t *testing.T) {
 // fenceFunc is a SourceFence for tests.
 type fenceFunc func() error
 
-func (f fenceFunc) Fence(context.Context, coordinator.FenceRequest) error { return f() }
+func (f fenceFunc) Fence(context.Context, coordinator.FenceRequest) (coordinator.FenceResult, error) {
+	return coordinator.FenceResult{Fenced: true}, f()
+}
 
 // TestStopPromote: producers write through a promote. The test's source
 // fence stops them, as the DENY WRITE ACL would; a source transaction left
@@ -252,6 +258,9 @@ func TestStopPromote(t *testing.T) {
 	for part, st := range ps {
 		if dst[part] != src[part] || st.LastMirrored != src[part]-1 {
 			t.Errorf("partition %d: source end %d, destination end %d, last mirrored %d", part, src[part], dst[part], st.LastMirrored)
+		}
+		if st.StopMode != mirrorapi.StopModePromote {
+			t.Errorf("partition %d: stop mode %q, want promote", part, st.StopMode)
 		}
 	}
 	p.assertIdentical(t, lifecycleTopic, identityOpts{})

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -106,6 +107,23 @@ func (o *Options) defaults() {
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
 	}
+}
+
+// Stats counts the fetch requests of every Fetcher's broker loops in this
+// process since it started, for the agent's metrics.
+type Stats struct {
+	Requests int64 // fetch requests sent
+	Errors   int64 // of those, failed ones (transport or request-level error)
+	// ThrottleMillis sums the throttle times the source brokers reported
+	// (their quotas on the fetcher's client id or principal).
+	ThrottleMillis int64
+}
+
+var stats struct{ requests, errors, throttleMillis atomic.Int64 }
+
+// ReadStats returns the process-wide fetch counters.
+func ReadStats() Stats {
+	return Stats{Requests: stats.requests.Load(), Errors: stats.errors.Load(), ThrottleMillis: stats.throttleMillis.Load()}
 }
 
 // heldBackWait caps the long poll of a fetch that leaves out partitions held
@@ -333,10 +351,12 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 		rctx, rcancel := context.WithTimeout(ctx, f.opts.MaxWait+f.opts.RequestTimeout)
 		kresp, err := f.cl.Broker(int(broker)).Request(rctx, req)
 		rcancel()
+		stats.requests.Add(1)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
+			stats.errors.Add(1)
 			log.Debug("fetch failed", "error", err)
 			sess.reset()
 			f.invalidateBroker(broker)
@@ -345,7 +365,9 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 			continue
 		}
 		resp := kresp.(*kmsg.FetchResponse)
+		stats.throttleMillis.Add(int64(resp.ThrottleMillis))
 		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+			stats.errors.Add(1)
 			log.Debug("fetch session error", "error", err)
 			sess.reset()
 			if !errors.Is(err, kerr.FetchSessionIDNotFound) && !errors.Is(err, kerr.InvalidFetchSessionEpoch) {

@@ -45,9 +45,18 @@ type Mirror struct {
 
 // Topic is one mirror topic.
 type Topic struct {
-	Name       string      `json:"name"`
-	Error      string      `json:"error,omitempty"`
-	Partitions []Partition `json:"partitions"`
+	Name  string `json:"name"`
+	Error string `json:"error,omitempty"`
+	// ReadOnlyEnforced is whether the destination topic is read-only for
+	// everyone but the agent (a DENY WRITE ACL for User:*, DESIGN §4):
+	// false without an authorizer, when the agent is not a super user of
+	// the destination, and once the topic is STOPPED. Foreign writes are
+	// detected either way (the partition fails).
+	ReadOnlyEnforced bool `json:"read_only_enforced"`
+	// ReadOnlyReason says why a mirror topic is not read-only; empty when
+	// it is, and for a STOPPED topic.
+	ReadOnlyReason string      `json:"read_only_reason,omitempty"`
+	Partitions     []Partition `json:"partitions"`
 }
 
 // Partition is one mirror partition's figures.
@@ -57,6 +66,10 @@ type Partition struct {
 	Partition int32  `json:"partition"`
 	State     State  `json:"state"`
 	Reason    string `json:"reason,omitempty"`
+	// StopMode is how a STOPPING or STOPPED partition was stopped
+	// (StopModeFailover or StopModePromote); empty otherwise, and for
+	// partitions stopped before the agent kept it.
+	StopMode string `json:"stop_mode,omitempty"`
 	// SourceOffset is the source high watermark last seen.
 	SourceOffset     int64 `json:"source_offset"`
 	SourceLastStable int64 `json:"source_last_stable"`

@@ -17,6 +17,7 @@ import (
 	"github.com/kmirror/kmirror/agent/api"
 	"github.com/kmirror/kmirror/agent/config"
 	"github.com/kmirror/kmirror/agent/coordinator"
+	"github.com/kmirror/kmirror/agent/metrics"
 )
 
 func init() {
@@ -29,6 +30,7 @@ func runAgent(ctx context.Context, args []string) error {
 	dstBootstrap := fs.String("destination-bootstrap", "", "destination cluster HOST:PORT,... (overrides the config file)")
 	listen := fs.String("listen", "", "HTTP API address, such as 127.0.0.1:8080 (overrides the config file)")
 	logLevel := fs.String("log-level", "", "trace, debug, info, warn or error (overrides the config file)")
+	metricsListen := fs.String("metrics-listen", "", "address serving only GET /metrics (Prometheus) without authentication, such as 0.0.0.0:9464 (overrides metrics_listen in the config file); the API address serves /metrics too, behind the bearer token")
 	tokenFile := fs.String("token-file", "", "file of API bearer tokens, one a line (overrides token_file in the config file); without it the API listens on loopback only")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -52,6 +54,9 @@ func runAgent(ctx context.Context, args []string) error {
 	if *tokenFile != "" {
 		cfg.TokenFile = *tokenFile
 	}
+	if *metricsListen != "" {
+		cfg.MetricsListen = *metricsListen
+	}
 	if err := cfg.Check(); err != nil {
 		return err
 	}
@@ -61,6 +66,23 @@ func runAgent(ctx context.Context, args []string) error {
 	log := hclog.New(&hclog.LoggerOptions{
 		Name: "kmirror", Level: hclog.LevelFromString(cfg.LogLevel), JSONFormat: cfg.LogFormat == "json", Output: os.Stderr,
 	})
+
+	// Metrics read the coordinator once it exists; until then only the
+	// fetch, Go and process series.
+	collector := metrics.NewCollector()
+	metricsHandler := metrics.Handler(metrics.Registry(collector))
+	if cfg.MetricsListen != "" {
+		ln, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			return fmt.Errorf("listen %q: %w; choose a free address with --metrics-listen", cfg.MetricsListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", metricsHandler)
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = hs.Serve(ln) }()
+		defer hs.Close()
+		log.Info("metrics listening (GET /metrics, no authentication)", "address", ln.Addr().String())
+	}
 
 	// The API listens first, so that /healthz answers and /readyz says when
 	// the state topic is loaded; the other routes answer 503 until then.
@@ -79,7 +101,7 @@ func runAgent(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("listen %q: %w; choose a free address with --listen", cfg.Listen, err)
 		}
-		srv = api.New(api.Options{Tokens: tokens, Logger: log.Named("api")})
+		srv = api.New(api.Options{Tokens: tokens, Logger: log.Named("api"), Metrics: metricsHandler})
 		hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = hs.Serve(ln) }()
 		defer hs.Close()
@@ -97,7 +119,10 @@ func runAgent(ctx context.Context, args []string) error {
 		StateTopic:      cfg.StateTopic,
 		BufferBytes:     cfg.BufferBytes,
 		RefreshInterval: cfg.RefreshInterval(),
-		Logger:          log,
+		// A promote fences source writes with a DENY WRITE ACL
+		// (DESIGN §4).
+		SourceFence: coordinator.ACLSourceFence{},
+		Logger:      log,
 	})
 	if err != nil {
 		return err
@@ -111,6 +136,7 @@ func runAgent(ctx context.Context, args []string) error {
 	if srv != nil {
 		srv.SetBackend(co)
 	}
+	collector.SetSource(co)
 	log.Info("agent running", "destination", strings.Join(cfg.Destination.BootstrapServers, ","), "state_topic", cfg.StateTopic, "mirrors", len(co.Mirrors()))
 	return co.Run(ctx)
 }

@@ -1,0 +1,124 @@
+package metrics_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kmirror/kmirror/agent/metrics"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
+)
+
+type fakeSource []mirrorapi.Mirror
+
+func (f fakeSource) Describe() []mirrorapi.Mirror { return f }
+
+// TestCollectorFigures: every describe figure lands in its series with the
+// right labels, type and unit; metric names pass Prometheus' lint.
+func TestCollectorFigures(t *testing.T) {
+	c := metrics.NewCollector()
+	c.SetSource(fakeSource{{
+		Name: "dr", MaxLag: 7, BufferedBytes: 4096, Error: "",
+		StateCounts: map[mirrorapi.State]int{mirrorapi.StateMirroring: 1, mirrorapi.StateFailed: 1, "SOMETHING_NEW": 2},
+		Topics: []mirrorapi.Topic{
+			{Name: "orders", Partitions: []mirrorapi.Partition{
+				{Partition: 0, State: mirrorapi.StateMirroring, Lag: 7, LagMillis: 1500, Bytes: 1000, Records: 10, Retries: 2},
+				{Partition: 1, State: mirrorapi.StateFailed, Lag: 0, Bytes: 50, Records: 1, LostRecords: 3},
+			}},
+			{Name: "gone", Error: "source topic deleted"},
+		},
+	}, {
+		Name: "down", Error: "source unreachable", StateCounts: map[mirrorapi.State]int{},
+	}})
+
+	want := `
+# HELP kmirror_failed_partitions Partitions of the mirror in state FAILED (KIP-1279 FailedPartitionsCount).
+# TYPE kmirror_failed_partitions gauge
+kmirror_failed_partitions{mirror="down"} 0
+kmirror_failed_partitions{mirror="dr"} 1
+# HELP kmirror_lost_records_total Source records that retention removed before they were mirrored.
+# TYPE kmirror_lost_records_total counter
+kmirror_lost_records_total{mirror="dr",partition="0",topic="orders"} 0
+kmirror_lost_records_total{mirror="dr",partition="1",topic="orders"} 3
+# HELP kmirror_mirror_error 1 while the mirror does not run because of an error (describe shows it), else 0.
+# TYPE kmirror_mirror_error gauge
+kmirror_mirror_error{mirror="down"} 1
+kmirror_mirror_error{mirror="dr"} 0
+# HELP kmirror_mirror_max_lag_records Largest partition lag of the mirror, in records (KIP-1279 MaxLag).
+# TYPE kmirror_mirror_max_lag_records gauge
+kmirror_mirror_max_lag_records{mirror="down"} 0
+kmirror_mirror_max_lag_records{mirror="dr"} 7
+# HELP kmirror_mirrored_bytes_total Record batch bytes written to the destination since the partition's mirror started.
+# TYPE kmirror_mirrored_bytes_total counter
+kmirror_mirrored_bytes_total{mirror="dr",partition="0",topic="orders"} 1000
+kmirror_mirrored_bytes_total{mirror="dr",partition="1",topic="orders"} 50
+# HELP kmirror_mirrored_records_total Records written to the destination since the partition's mirror started.
+# TYPE kmirror_mirrored_records_total counter
+kmirror_mirrored_records_total{mirror="dr",partition="0",topic="orders"} 10
+kmirror_mirrored_records_total{mirror="dr",partition="1",topic="orders"} 1
+# HELP kmirror_partition_lag_records Records on the source not yet mirrored (source high watermark minus destination log end).
+# TYPE kmirror_partition_lag_records gauge
+kmirror_partition_lag_records{mirror="dr",partition="0",topic="orders"} 7
+kmirror_partition_lag_records{mirror="dr",partition="1",topic="orders"} 0
+# HELP kmirror_partition_lag_seconds Approximate age of the oldest unmirrored record: the time since the partition last had no lag; 0 without lag.
+# TYPE kmirror_partition_lag_seconds gauge
+kmirror_partition_lag_seconds{mirror="dr",partition="0",topic="orders"} 1.5
+kmirror_partition_lag_seconds{mirror="dr",partition="1",topic="orders"} 0
+# HELP kmirror_partition_retries_total Times the partition's mirror restarted from the destination log end after an error.
+# TYPE kmirror_partition_retries_total counter
+kmirror_partition_retries_total{mirror="dr",partition="0",topic="orders"} 2
+kmirror_partition_retries_total{mirror="dr",partition="1",topic="orders"} 0
+# HELP kmirror_partitions Partitions of the mirror per state.
+# TYPE kmirror_partitions gauge
+kmirror_partitions{mirror="down",state="FAILED"} 0
+kmirror_partitions{mirror="down",state="INITIALIZING"} 0
+kmirror_partitions{mirror="down",state="MIRRORING"} 0
+kmirror_partitions{mirror="down",state="PAUSED"} 0
+kmirror_partitions{mirror="down",state="PREPARING"} 0
+kmirror_partitions{mirror="down",state="STOPPED"} 0
+kmirror_partitions{mirror="down",state="STOPPING"} 0
+kmirror_partitions{mirror="dr",state="FAILED"} 1
+kmirror_partitions{mirror="dr",state="INITIALIZING"} 0
+kmirror_partitions{mirror="dr",state="MIRRORING"} 1
+kmirror_partitions{mirror="dr",state="PAUSED"} 0
+kmirror_partitions{mirror="dr",state="PREPARING"} 0
+kmirror_partitions{mirror="dr",state="SOMETHING_NEW"} 2
+kmirror_partitions{mirror="dr",state="STOPPED"} 0
+kmirror_partitions{mirror="dr",state="STOPPING"} 0
+# HELP kmirror_topic_error 1 while the topic is not mirrored because of an error (creation, config sync, preflight), else 0.
+# TYPE kmirror_topic_error gauge
+kmirror_topic_error{mirror="dr",topic="gone"} 1
+kmirror_topic_error{mirror="dr",topic="orders"} 0
+# HELP kmirror_mirror_buffered_bytes Bytes the mirror's fetchers hold, fetched but not yet written.
+# TYPE kmirror_mirror_buffered_bytes gauge
+kmirror_mirror_buffered_bytes{mirror="down"} 0
+kmirror_mirror_buffered_bytes{mirror="dr"} 4096
+`
+	names := []string{
+		"kmirror_failed_partitions", "kmirror_lost_records_total", "kmirror_mirror_error", "kmirror_mirror_max_lag_records",
+		"kmirror_mirrored_bytes_total", "kmirror_mirrored_records_total", "kmirror_partition_lag_records",
+		"kmirror_partition_lag_seconds", "kmirror_partition_retries_total", "kmirror_partitions", "kmirror_topic_error",
+		"kmirror_mirror_buffered_bytes",
+	}
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+	problems, err := testutil.CollectAndLint(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// TestCollectorNoSource: before the coordinator exists only the agent-wide
+// fetch counters are reported, not empty mirror series.
+func TestCollectorNoSource(t *testing.T) {
+	c := metrics.NewCollector()
+	n, err := testutil.GatherAndCount(metrics.Registry(c), "kmirror_fetch_requests_total", "kmirror_fetch_errors_total", "kmirror_fetch_throttle_seconds_total", "kmirror_partitions")
+	if err != nil || n != 3 {
+		t.Errorf("series without a source: %d, %v", n, err)
+	}
+}

@@ -1,0 +1,179 @@
+// Package metrics exposes the agent's Prometheus metrics: on every scrape a
+// Collector reads the coordinator's describe figures (the same ones GET
+// /v1/mirrors shows) and the fetchers' process-wide counters, so there is no
+// second bookkeeping to drift from describe.
+//
+// KIP-1279's mirror metrics, adapted to Prometheus naming:
+//
+//	MaxLag                      kmirror_mirror_max_lag_records{mirror}
+//	ConsumerLag (per partition) kmirror_partition_lag_records{mirror,topic,partition}
+//	                            kmirror_partition_lag_seconds{mirror,topic,partition}
+//	FailedPartitionsCount       kmirror_failed_partitions{mirror}
+//	<State>PartitionState       kmirror_partitions{mirror,state}
+//	BytesPerSec                 rate(kmirror_mirrored_bytes_total[…]) (per partition; sum by mirror)
+//	(records per second)        rate(kmirror_mirrored_records_total[…])
+//	RequestsPerSec (fetcher)    rate(kmirror_fetch_requests_total[…]) (whole agent)
+//
+// Counters come from cumulative describe figures: they restart from zero
+// when a partition's mirror restarts (agent restart, topic re-added), which
+// rate() and increase() treat as a counter reset.
+//
+// Not exposed because the agent does not track them yet: MinFetchRate and
+// fetch requests per mirror or source broker (the fetch counters are
+// agent-wide), DeadThreadCount (fetch loops retry forever rather than die;
+// kmirror_mirror_error shows a mirror that does not run), per-kind sync error
+// counters (kmirror_topic_error shows topics whose sync currently fails), and
+// the destination-side throttled rate (the agent has no replication throttle;
+// kmirror_fetch_throttle_seconds_total is the source brokers' quota
+// throttling).
+package metrics
+
+import (
+	"net/http"
+	"slices"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kmirror/kmirror/agent/fetcher"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
+)
+
+// Source is what the collector reads: the coordinator.
+type Source interface {
+	Describe() []mirrorapi.Mirror
+}
+
+// States lists the partition states kmirror_partitions always reports, zero
+// included, so that a state's series exists before a partition enters it.
+var States = []mirrorapi.State{
+	mirrorapi.StateInitializing, mirrorapi.StatePreparing, mirrorapi.StateMirroring,
+	mirrorapi.StatePaused, mirrorapi.StateStopping, mirrorapi.StateStopped, mirrorapi.StateFailed,
+}
+
+var (
+	partLabels = []string{"mirror", "topic", "partition"}
+
+	descLag = prometheus.NewDesc("kmirror_partition_lag_records",
+		"Records on the source not yet mirrored (source high watermark minus destination log end).", partLabels, nil)
+	descLagSeconds = prometheus.NewDesc("kmirror_partition_lag_seconds",
+		"Approximate age of the oldest unmirrored record: the time since the partition last had no lag; 0 without lag.", partLabels, nil)
+	descBytes = prometheus.NewDesc("kmirror_mirrored_bytes_total",
+		"Record batch bytes written to the destination since the partition's mirror started.", partLabels, nil)
+	descRecords = prometheus.NewDesc("kmirror_mirrored_records_total",
+		"Records written to the destination since the partition's mirror started.", partLabels, nil)
+	descLost = prometheus.NewDesc("kmirror_lost_records_total",
+		"Source records that retention removed before they were mirrored.", partLabels, nil)
+	descRetries = prometheus.NewDesc("kmirror_partition_retries_total",
+		"Times the partition's mirror restarted from the destination log end after an error.", partLabels, nil)
+
+	descMaxLag = prometheus.NewDesc("kmirror_mirror_max_lag_records",
+		"Largest partition lag of the mirror, in records (KIP-1279 MaxLag).", []string{"mirror"}, nil)
+	descFailed = prometheus.NewDesc("kmirror_failed_partitions",
+		"Partitions of the mirror in state FAILED (KIP-1279 FailedPartitionsCount).", []string{"mirror"}, nil)
+	descStates = prometheus.NewDesc("kmirror_partitions",
+		"Partitions of the mirror per state.", []string{"mirror", "state"}, nil)
+	descBuffered = prometheus.NewDesc("kmirror_mirror_buffered_bytes",
+		"Bytes the mirror's fetchers hold, fetched but not yet written.", []string{"mirror"}, nil)
+	descMirrorError = prometheus.NewDesc("kmirror_mirror_error",
+		"1 while the mirror does not run because of an error (describe shows it), else 0.", []string{"mirror"}, nil)
+	descTopicError = prometheus.NewDesc("kmirror_topic_error",
+		"1 while the topic is not mirrored because of an error (creation, config sync, preflight), else 0.", []string{"mirror", "topic"}, nil)
+
+	descFetchRequests = prometheus.NewDesc("kmirror_fetch_requests_total",
+		"Fetch requests the agent's fetch loops sent to source brokers, all mirrors.", nil, nil)
+	descFetchErrors = prometheus.NewDesc("kmirror_fetch_errors_total",
+		"Fetch requests that failed (transport or request-level error), all mirrors.", nil, nil)
+	descFetchThrottle = prometheus.NewDesc("kmirror_fetch_throttle_seconds_total",
+		"Throttle time source brokers reported in fetch responses (client quotas), all mirrors.", nil, nil)
+)
+
+// Collector is a prometheus.Collector over a Source. Until SetSource is
+// called it reports the fetch counters only.
+type Collector struct {
+	src atomic.Pointer[Source]
+}
+
+// NewCollector returns a collector without a source yet.
+func NewCollector() *Collector { return &Collector{} }
+
+// SetSource makes the collector read s on every scrape.
+func (c *Collector) SetSource(s Source) { c.src.Store(&s) }
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		descLag, descLagSeconds, descBytes, descRecords, descLost, descRetries,
+		descMaxLag, descFailed, descStates, descBuffered, descMirrorError, descTopicError,
+		descFetchRequests, descFetchErrors, descFetchThrottle,
+	} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	fs := fetcher.ReadStats()
+	ch <- prometheus.MustNewConstMetric(descFetchRequests, prometheus.CounterValue, float64(fs.Requests))
+	ch <- prometheus.MustNewConstMetric(descFetchErrors, prometheus.CounterValue, float64(fs.Errors))
+	ch <- prometheus.MustNewConstMetric(descFetchThrottle, prometheus.CounterValue, float64(fs.ThrottleMillis)/1000)
+
+	src := c.src.Load()
+	if src == nil {
+		return
+	}
+	for _, m := range (*src).Describe() {
+		gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{m.Name}, labels...)...)
+		}
+		gauge(descMaxLag, float64(m.MaxLag))
+		gauge(descFailed, float64(m.StateCounts[mirrorapi.StateFailed]))
+		for _, s := range States {
+			gauge(descStates, float64(m.StateCounts[s]), string(s))
+		}
+		for s, n := range m.StateCounts {
+			if !slices.Contains(States, s) { // a state added later still shows
+				gauge(descStates, float64(n), string(s))
+			}
+		}
+		gauge(descBuffered, float64(m.BufferedBytes))
+		gauge(descMirrorError, b2f(m.Error != ""))
+		for _, t := range m.Topics {
+			gauge(descTopicError, b2f(t.Error != ""), t.Name)
+			for _, p := range t.Partitions {
+				l := []string{m.Name, t.Name, strconv.Itoa(int(p.Partition))}
+				ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(p.Lag), l...)
+				ch <- prometheus.MustNewConstMetric(descLagSeconds, prometheus.GaugeValue, float64(p.LagMillis)/1000, l...)
+				ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(p.Bytes), l...)
+				ch <- prometheus.MustNewConstMetric(descRecords, prometheus.CounterValue, float64(p.Records), l...)
+				ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(p.LostRecords), l...)
+				ch <- prometheus.MustNewConstMetric(descRetries, prometheus.CounterValue, float64(p.Retries), l...)
+			}
+		}
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Registry returns a registry with c and the Go runtime and process
+// collectors (go_*, process_*).
+func Registry(c *Collector) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// Handler serves reg in the Prometheus exposition formats. A collection
+// error does not fail the scrape: what could be gathered is served and
+// promhttp_metric_handler_errors_total counts the error.
+func Handler(reg *prometheus.Registry) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorHandling: promhttp.ContinueOnError})
+}

@@ -1,0 +1,290 @@
+package provider
+
+// Acceptance tests of kafka_mirror_topic's state: pause, resume, failover,
+// promote, the plan-time refusal to mirror a stopped topic again, drift
+// made outside Terraform, import, and destroy leaving the data.
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kmirror/kmirror/internal/mirrorapi"
+)
+
+// stateConfig is accConfig with topic orders in state (the default when
+// empty) and the extra HCL appended.
+func (e *accEnv) stateConfig(state, extra string) string {
+	cfg := e.accConfig(e.src.Bootstrap()[0])
+	if state != "" {
+		cfg = regexp.MustCompile(`(topic  = "orders")`).ReplaceAllString(cfg, fmt.Sprintf("$1\n  state  = %q", state))
+	}
+	return cfg + extra
+}
+
+// partitionsAre checks the agent's partition states (and stop modes) of
+// mirror dr's topic.
+func (e *accEnv) partitionsAre(topic string, state mirrorapi.State, mode string) resource.TestCheckFunc {
+	return func(*terraform.State) error {
+		m, err := e.cl.Mirror(context.Background(), "dr")
+		if err != nil {
+			return err
+		}
+		t, ok := findTopic(m, topic)
+		if !ok || len(t.Partitions) == 0 {
+			return fmt.Errorf("agent has no partitions of %s: %+v", topic, m)
+		}
+		for _, p := range t.Partitions {
+			if p.State != state || p.StopMode != mode {
+				return fmt.Errorf("%s partition %d is %s (stop mode %q), want %s (%q)", topic, p.Partition, p.State, p.StopMode, state, mode)
+			}
+		}
+		return nil
+	}
+}
+
+// destinationWritable produces one record to the destination topic's
+// partition 0 and checks that it landed at the end.
+func (e *accEnv) destinationWritable(t *testing.T, topic string) resource.TestCheckFunc {
+	return func(*terraform.State) error {
+		ctx := context.Background()
+		before, err := e.dstAdm.ListEndOffsets(ctx, topic)
+		if err != nil {
+			return err
+		}
+		b, _ := before.Lookup(topic, 0)
+		cl, err := kgo.NewClient(kgo.SeedBrokers(e.dst.Bootstrap()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		r, err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: 0, Value: []byte("written after failover")}).First()
+		if err != nil {
+			return fmt.Errorf("destination %s does not accept writes: %w", topic, err)
+		}
+		if r.Offset != b.Offset {
+			return fmt.Errorf("write landed at %d, want the end %d", r.Offset, b.Offset)
+		}
+		t.Logf("destination %s/0 accepted a write at offset %d", topic, r.Offset)
+		return nil
+	}
+}
+
+// TestAccMirrorTopic_state: drift from an out-of-band pause, resume,
+// pause, failover (the destination accepts writes), stopped → mirroring
+// refused at plan time, import keeps the state, and a no-op stays one.
+func TestAccMirrorTopic_state(t *testing.T) {
+	e := newAccEnv(t)
+	ctx := context.Background()
+	const topic = "kafka_mirror_topic.orders"
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: accFactories,
+		CheckDestroy: func(*terraform.State) error {
+			// The stopped topic's data stays: 4 + 2 mirrored, 1 written.
+			return e.destinationEnds("orders", map[int32]int64{0: 5, 1: 2})
+		},
+		Steps: []resource.TestStep{
+			{
+				Config: e.stateConfig("", ""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(topic, plancheck.ResourceActionCreate),
+					plancheck.ExpectKnownValue(topic, tfjsonpath.New("state"), knownvalue.StringExact("mirroring")),
+				}},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(topic, tfjsonpath.New("state"), knownvalue.StringExact("mirroring")),
+				},
+			},
+			{
+				// Paused outside Terraform: the plan resumes it.
+				PreConfig: func() {
+					e.produce(t, "orders", 0, 4)
+					e.produce(t, "orders", 1, 2)
+					e.waitMirrored(t, "dr", "orders", map[int32]int64{0: 4, 1: 2})
+					if err := e.cl.PauseTopics(ctx, "dr", []string{"orders"}); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config:             e.stateConfig("", ""),
+				PlanOnly:           true,
+				ExpectNonEmptyPlan: true,
+				ConfigPlanChecks: resource.ConfigPlanChecks{PostApplyPostRefresh: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(topic, plancheck.ResourceActionUpdate),
+					plancheck.ExpectKnownValue(topic, tfjsonpath.New("state"), knownvalue.StringExact("mirroring")),
+				}},
+			},
+			{
+				// Apply resumes it and waits until it mirrors.
+				Config: e.stateConfig("", ""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(topic, plancheck.ResourceActionUpdate),
+				}},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(topic, tfjsonpath.New("state"), knownvalue.StringExact("mirroring")),
+					statecheck.ExpectKnownValue(topic, tfjsonpath.New("partitions").AtSliceIndex(0).AtMapKey("state"), knownvalue.StringExact("mirroring")),
+				},
+				Check: e.partitionsAre("orders", mirrorapi.StateMirroring, ""),
+			},
+			{
+				Config: e.stateConfig("paused", ""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(topic, plancheck.ResourceActionUpdate),
+					plancheck.ExpectKnownValue(topic, tfjsonpath.New("state"), knownvalue.StringExact("paused")),
+				}},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(topic, tfjsonpath.New("partitions").AtSliceIndex(1).AtMapKey("state"), knownvalue.StringExact("paused")),
+				},
+				Check: e.partitionsAre("orders", mirrorapi.StatePaused, ""),
+			},
+			{
+				// Failover from paused: the destination becomes writable;
+				// the final offsets are in partitions.
+				Config: e.stateConfig("stopped", `
+resource "terraform_data" "offsets" {
+  input = [for p in kafka_mirror_topic.orders.partitions : p.last_mirrored_offset]
+}
+`),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(topic, plancheck.ResourceActionUpdate),
+					plancheck.ExpectUnknownValue(topic, tfjsonpath.New("partitions")),
+				}},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(topic, tfjsonpath.New("state"), knownvalue.StringExact("stopped")),
+					statecheck.ExpectKnownValue(topic, tfjsonpath.New("read_only_enforced"), knownvalue.Bool(false)),
+					statecheck.ExpectKnownValue(topic, tfjsonpath.New("partitions").AtSliceIndex(0).AtMapKey("stop_mode"), knownvalue.StringExact("failover")),
+					statecheck.ExpectKnownValue("terraform_data.offsets", tfjsonpath.New("output"),
+						knownvalue.ListExact([]knownvalue.Check{knownvalue.Int64Exact(3), knownvalue.Int64Exact(1)})),
+				},
+				Check: resource.ComposeAggregateTestCheckFunc(
+					e.partitionsAre("orders", mirrorapi.StateStopped, mirrorapi.StopModeFailover),
+					e.destinationWritable(t, "orders"),
+				),
+			},
+			{
+				// Mirroring a stopped topic again is refused at plan time,
+				// saying to fail back instead.
+				Config:      e.stateConfig("mirroring", ""),
+				PlanOnly:    true,
+				ExpectError: regexp.MustCompile(`(?s)Cannot change a stopped topic to mirroring.*writable on the destination.*fail\s+back.*other\s+direction`),
+			},
+			{
+				Config:      e.stateConfig("promoted", ""),
+				PlanOnly:    true,
+				ExpectError: regexp.MustCompile(`(?s)already stopped \(by a failover stop\)`),
+			},
+			{
+				// Import reads the state back.
+				ResourceName:      topic,
+				ImportState:       true,
+				ImportStateId:     "dr/orders",
+				ImportStateVerify: true,
+				ImportStateCheck: func(is []*terraform.InstanceState) error {
+					if len(is) != 1 || is[0].Attributes["state"] != "stopped" {
+						return fmt.Errorf("imported %+v, want state stopped", is)
+					}
+					return nil
+				},
+			},
+			{
+				// A planned no-op stays one.
+				Config: e.stateConfig("stopped", ""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(topic, plancheck.ResourceActionNoop),
+				}},
+			},
+		},
+	})
+}
+
+// TestAccMirrorTopic_promoteAndDestroy: promote reaches lag 0 and stops;
+// destroying a mirroring topic stops it with a failover and leaves its
+// data; destroying a promoted one changes nothing.
+func TestAccMirrorTopic_promoteAndDestroy(t *testing.T) {
+	e := newAccEnv(t)
+	ctx := context.Background()
+	if _, err := kadm.NewClient(e.srcCl).CreateTopic(ctx, 1, -1, nil, "payments"); err != nil {
+		t.Fatal(err)
+	}
+	e.produce(t, "payments", 0, 1)
+	const orders, payments = "kafka_mirror_topic.orders", "kafka_mirror_topic.payments"
+	paymentsHCL := `
+resource "kafka_mirror_topic" "payments" {
+  mirror = kafka_cluster_mirror.dr.name
+  topic  = "payments"
+  timeouts {
+    delete = "2m"
+  }
+}
+`
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: accFactories,
+		Steps: []resource.TestStep{
+			{Config: e.stateConfig("", paymentsHCL)},
+			{
+				PreConfig: func() {
+					e.produce(t, "orders", 0, 3)
+					e.produce(t, "orders", 1, 1)
+					e.waitMirrored(t, "dr", "orders", map[int32]int64{0: 3, 1: 1})
+					e.waitMirrored(t, "dr", "payments", map[int32]int64{0: 1})
+				},
+				Config: e.stateConfig("promoted", paymentsHCL+`
+resource "terraform_data" "ends" {
+  input = [for p in kafka_mirror_topic.orders.partitions : p.destination_offset]
+}
+`),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(orders, plancheck.ResourceActionUpdate),
+					plancheck.ExpectResourceAction(payments, plancheck.ResourceActionNoop),
+				}},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(orders, tfjsonpath.New("state"), knownvalue.StringExact("promoted")),
+					statecheck.ExpectKnownValue(orders, tfjsonpath.New("max_lag"), knownvalue.Int64Exact(0)),
+					statecheck.ExpectKnownValue("terraform_data.ends", tfjsonpath.New("output"),
+						knownvalue.ListExact([]knownvalue.Check{knownvalue.Int64Exact(3), knownvalue.Int64Exact(1)})),
+				},
+				Check: resource.ComposeAggregateTestCheckFunc(
+					e.partitionsAre("orders", mirrorapi.StateStopped, mirrorapi.StopModePromote),
+					e.destinationWritable(t, "orders"),
+				),
+			},
+			{
+				Config:      e.stateConfig("stopped", paymentsHCL),
+				PlanOnly:    true,
+				ExpectError: regexp.MustCompile(`(?s)Cannot change a promoted topic to stopped.*Set state to "promoted"`),
+			},
+			{
+				// payments leaves the configuration: destroy stops it
+				// (failover) and keeps its data.
+				Config: e.stateConfig("promoted", ""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(payments, plancheck.ResourceActionDestroy),
+					plancheck.ExpectResourceAction(orders, plancheck.ResourceActionNoop),
+				}},
+				Check: resource.ComposeAggregateTestCheckFunc(
+					e.partitionsAre("payments", mirrorapi.StateStopped, mirrorapi.StopModeFailover),
+					func(*terraform.State) error {
+						ends, err := e.dstAdm.ListEndOffsets(ctx, "payments")
+						if err != nil {
+							return err
+						}
+						var total int64
+						ends.Each(func(o kadm.ListedOffset) { total += o.Offset })
+						if total != 1 {
+							return fmt.Errorf("destination payments holds %d records after destroy, want 1", total)
+						}
+						return nil
+					},
+				),
+			},
+		},
+	})
+}

@@ -1,0 +1,63 @@
+package provider
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/kmirror/kmirror/internal/mirrorapi"
+)
+
+func TestTopicState(t *testing.T) {
+	p := func(s mirrorapi.State, mode string) mirrorapi.Partition {
+		return mirrorapi.Partition{State: s, StopMode: mode}
+	}
+	const (
+		fo = mirrorapi.StopModeFailover
+		pr = mirrorapi.StopModePromote
+	)
+	for _, c := range []struct {
+		name  string
+		parts []mirrorapi.Partition
+		want  string
+		mixed string // part of the mixed note, "" for none
+	}{
+		{"no partitions yet", nil, topicMirroring, ""},
+		{"starting", []mirrorapi.Partition{p(mirrorapi.StateInitializing, ""), p(mirrorapi.StatePreparing, ""), p(mirrorapi.StateMirroring, "")}, topicMirroring, ""},
+		{"paused", []mirrorapi.Partition{p(mirrorapi.StatePaused, ""), p(mirrorapi.StatePaused, "")}, topicPaused, ""},
+		{"failover", []mirrorapi.Partition{p(mirrorapi.StateStopped, fo), p(mirrorapi.StateStopped, fo)}, topicStopped, ""},
+		{"stopped before the agent kept the mode", []mirrorapi.Partition{p(mirrorapi.StateStopped, "")}, topicStopped, ""},
+		{"promoted", []mirrorapi.Partition{p(mirrorapi.StateStopped, pr), p(mirrorapi.StateStopped, pr)}, topicPromoted, ""},
+		{"promote then failover", []mirrorapi.Partition{p(mirrorapi.StateStopped, pr), p(mirrorapi.StateStopped, fo)}, topicStopped, ""},
+		{"stopping", []mirrorapi.Partition{p(mirrorapi.StateStopping, pr), p(mirrorapi.StateStopped, pr)}, topicStopping, "1 stopping"},
+		{"one failed", []mirrorapi.Partition{p(mirrorapi.StateFailed, ""), p(mirrorapi.StateMirroring, "")}, topicFailed, "1 failed, 1 mirroring"},
+		{"all failed", []mirrorapi.Partition{p(mirrorapi.StateFailed, "")}, topicFailed, ""},
+		{"half paused", []mirrorapi.Partition{p(mirrorapi.StatePaused, ""), p(mirrorapi.StateMirroring, "")}, topicMixed, "1 mirroring, 1 paused"},
+	} {
+		got, mixed := topicState(mirrorapi.Topic{Partitions: c.parts})
+		if got != c.want || (c.mixed == "") != (mixed == "") || !strings.Contains(mixed, c.mixed) {
+			t.Errorf("%s: topicState = %q, %q; want %q, %q", c.name, got, mixed, c.want, c.mixed)
+		}
+	}
+}
+
+// TestCheckTransition is the plan-time rule: nothing leaves stopped or
+// promoted, and the message says to fail back instead.
+func TestCheckTransition(t *testing.T) {
+	all := append([]string{topicStopping, topicFailed, topicMixed}, configurableTopicStates...)
+	for _, from := range all {
+		for _, to := range configurableTopicStates {
+			summary, detail := checkTransition(from, to)
+			refused := summary != ""
+			wantRefused := from != to && (terminal(from) || (from == topicStopping && !terminal(to)))
+			if refused != wantRefused {
+				t.Errorf("%s -> %s: refused %v (%q), want %v", from, to, refused, summary, wantRefused)
+			}
+			if refused && !terminal(to) && (!strings.Contains(detail, "fail back") && !strings.Contains(detail, "failback") || !strings.Contains(detail, "other direction")) {
+				t.Errorf("%s -> %s: %q does not say to fail back with a mirror in the other direction", from, to, detail)
+			}
+			if refused && terminal(from) && !strings.Contains(detail, "writable") && !terminal(to) {
+				t.Errorf("%s -> %s: %q does not say the topic is writable", from, to, detail)
+			}
+		}
+	}
+}
