@@ -94,17 +94,22 @@ provider_installation {
 }
 RC
 rm -rf "$WORK/quickstart" && cp -r examples/quickstart "$WORK/quickstart"
-if ! (
-  cd "$WORK/quickstart"
-  TF_CLI_CONFIG_FILE="$PWD/../terraformrc" TF_IN_AUTOMATION=1 "$TF" apply -auto-approve -input=false -no-color \
-    -var "agent_url=$KMIRROR_ADDR" \
-    -var "source_bootstrap_servers=[$(echo "$SRC" | sed 's/[^,]*/"&"/g')]"
-) >"$WORK/terraform.log" 2>&1; then
-  cat "$WORK/terraform.log" >&2
-  echo "terraform apply failed (log: $WORK/terraform.log)" >&2
-  exit 1
-fi
-grep -E "Creating|Creation complete|Apply complete" "$WORK/terraform.log"
+# tf_apply ARGS...: terraform apply in the quickstart copy; prints the summary
+# lines, or everything when it fails.
+tf_apply() {
+  if ! (
+    cd "$WORK/quickstart"
+    TF_CLI_CONFIG_FILE="$PWD/../terraformrc" TF_IN_AUTOMATION=1 "$TF" apply -auto-approve -input=false -no-color \
+      -var "agent_url=$KMIRROR_ADDR" \
+      -var "source_bootstrap_servers=[$(echo "$SRC" | sed 's/[^,]*/"&"/g')]" "$@"
+  ) >"$WORK/terraform.log" 2>&1; then
+    cat "$WORK/terraform.log" >&2
+    echo "terraform apply failed (log: $WORK/terraform.log)" >&2
+    exit 1
+  fi
+  grep -E "Creating|Creation complete|Modifying|Modifications complete|Apply complete" "$WORK/terraform.log"
+}
+tf_apply
 "$BIN" describe --mirror dr >/dev/null || { echo "terraform apply did not create mirror dr" >&2; exit 1; }
 
 step "live lag for ${SECONDS_TO_WATCH}s (kmirror describe --watch 5s)"
@@ -130,8 +135,8 @@ if command -v kcat >/dev/null 2>&1; then
 else
   echo "(kcat not installed: apt-get install kcat)"
 fi
-step "failover: kmirror stop --mirror dr --topic orders --mode failover --wait"
-"$BIN" stop --mirror dr --topic orders --mode failover --wait --timeout 60s
+step "failover: terraform apply -var orders_state=stopped"
+tf_apply -var orders_state=stopped
 "$BIN" describe
 
 step "the destination topic is writable now: a new record lands right after the last mirrored offset"

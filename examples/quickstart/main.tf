@@ -19,6 +19,12 @@ variable "source_bootstrap_servers" {
   type        = list(string)
 }
 
+variable "orders_state" {
+  description = "mirroring, paused, stopped (failover) or promoted (switch over at lag 0)."
+  type        = string
+  default     = "mirroring"
+}
+
 provider "kafka" {
   agent_url = var.agent_url
 }
@@ -33,6 +39,7 @@ resource "kafka_cluster_mirror" "dr" {
 resource "kafka_mirror_topic" "orders" {
   mirror = kafka_cluster_mirror.dr.name
   topic  = "orders"
+  state  = var.orders_state
 }
 
 output "orders_partitions" {
