@@ -33,6 +33,7 @@ import (
 
 	"github.com/kmirror/kmirror/agent/api"
 	"github.com/kmirror/kmirror/agent/coordinator"
+	"github.com/kmirror/kmirror/agent/coordinator/coordinatortest"
 	"github.com/kmirror/kmirror/agent/topics"
 	"github.com/kmirror/kmirror/internal/devcluster"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
@@ -68,34 +69,15 @@ func newAccEnv(t *testing.T) *accEnv {
 			devcluster.KfakeOptions(kfake.SeedTopics(2, "orders"))),
 		dst: devcluster.StartT(t, devcluster.Name("dst")),
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	co, err := coordinator.New(ctx, coordinator.Config{
+	e.co = coordinatortest.Start(t, coordinator.Config{
 		Destination:     []kgo.Opt{kgo.SeedBrokers(e.dst.Bootstrap()...)},
 		RefreshInterval: 200 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.co = co
-	rctx, rcancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = co.Run(rctx)
-	}()
-	t.Cleanup(func() {
-		rcancel()
-		<-done
-		co.Close()
-	})
-	for !co.Running() {
-		time.Sleep(5 * time.Millisecond)
-	}
-	srv := httptest.NewServer(api.Handler(co, api.Options{Tokens: []string{accToken}}))
+	}).Coordinator
+	srv := httptest.NewServer(api.Handler(e.co, api.Options{Tokens: []string{accToken}}))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	e.cl = mirrorapi.NewClient(srv.URL, accToken)
+	var err error
 	if e.srcCl, err = kgo.NewClient(kgo.SeedBrokers(e.src.Bootstrap()...), kgo.RecordPartitioner(kgo.ManualPartitioner())); err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/kmirror/kmirror/agent/api"
 	"github.com/kmirror/kmirror/agent/coordinator"
+	"github.com/kmirror/kmirror/agent/coordinator/coordinatortest"
 	"github.com/kmirror/kmirror/internal/devcluster"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
@@ -46,31 +47,11 @@ func newEnv(t *testing.T) *env {
 			devcluster.KfakeOptions(kfake.SeedTopics(2, "orders"), kfake.SeedTopics(1, "events", "audit", "logs"))),
 		dst: devcluster.StartT(t, devcluster.Name("dst")),
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	co, err := coordinator.New(ctx, coordinator.Config{
+	e.co = coordinatortest.Start(t, coordinator.Config{
 		Destination:     []kgo.Opt{kgo.SeedBrokers(e.dst.Bootstrap()...)},
 		RefreshInterval: 200 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.co = co
-	rctx, rcancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = co.Run(rctx)
-	}()
-	t.Cleanup(func() {
-		rcancel()
-		<-done
-		co.Close()
-	})
-	for !co.Running() {
-		time.Sleep(5 * time.Millisecond)
-	}
-	e.srv = httptest.NewServer(api.Handler(co, api.Options{Tokens: []string{"old-token", token}}))
+	}).Coordinator
+	e.srv = httptest.NewServer(api.Handler(e.co, api.Options{Tokens: []string{"old-token", token}}))
 	t.Cleanup(e.srv.Close)
 	e.cl = mirrorapi.NewClient(e.srv.URL, token)
 	e.cl.Backoff = 10 * time.Millisecond

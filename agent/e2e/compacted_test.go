@@ -56,22 +56,8 @@ func TestCompacted(t *testing.T) {
 				t.Fatalf("compaction removed nothing: %d visible records of %d offsets", visible, total)
 			}
 
-			co, err := coordinator.New(ctx, coordinator.Config{
-				Destination: []kgo.Opt{kgo.SeedBrokers(p.dst.Bootstrap()...)},
-				Fillers:     method,
-				Logger:      testLogger(t, "agent"),
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := co.Apply(ctx, p.spec(topic)); err != nil {
-				t.Fatal(err)
-			}
-			rctx, rcancel := context.WithCancel(ctx)
-			done := make(chan struct{})
-			go func() { _ = co.Run(rctx); close(done) }()
-			t.Cleanup(func() { rcancel(); <-done; co.Close() })
-			a := &agent{co: co, cancel: rcancel, done: done}
+			spec := p.spec(topic)
+			a := p.startAgentWith(t, agentOpts{apply: &spec}, func(c *coordinator.Config) { c.Fillers = method })
 			start := time.Now()
 			p.waitMirrored(t, a, topic, 2*time.Minute)
 			t.Logf("%s fillers: %d offsets, %d visible records mirrored in %v", method, total, visible, time.Since(start).Round(time.Millisecond))

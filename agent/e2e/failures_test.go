@@ -701,38 +701,6 @@ func waitTxnState(t *testing.T, adm *kadm.Client, txnID, state string) {
 	}
 }
 
-// startAgentWith is startAgent with coordinator settings the harness does
-// not expose.
-func (p *pair) startAgentWith(t *testing.T, o agentOpts, tune func(*coordinator.Config)) *agent {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), failWait)
-	defer cancel()
-	cfg := coordinator.Config{
-		Destination:     []kgo.Opt{kgo.SeedBrokers(p.dst.Bootstrap()...)},
-		RefreshInterval: o.refreshInterval,
-		Logger:          testLogger(t, "agent"),
-	}
-	tune(&cfg)
-	co, err := coordinator.New(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.apply != nil {
-		if err := co.Apply(ctx, *o.apply); err != nil {
-			co.Close()
-			t.Fatal(err)
-		}
-	}
-	rctx, rcancel := context.WithCancel(context.Background())
-	a := &agent{co: co, cancel: rcancel, done: make(chan struct{})}
-	go func() {
-		defer close(a.done)
-		_ = co.Run(rctx)
-	}()
-	t.Cleanup(a.stop)
-	return a
-}
-
 // waitMirroredParts is waitMirrored for some partitions of topic only: each
 // is MIRRORING at the source high watermark with lag 0, and the destination
 // end equals the source's.

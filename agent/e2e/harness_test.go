@@ -25,6 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/agent/coordinator"
+	"github.com/kmirror/kmirror/agent/coordinator/coordinatortest"
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/leaders"
 	"github.com/kmirror/kmirror/agent/partition"
@@ -98,10 +99,8 @@ func (p *pair) spec(topics ...string) coordinator.MirrorSpec {
 
 // agent is a coordinator running in-process.
 type agent struct {
-	co     *coordinator.Coordinator
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
+	co  *coordinator.Coordinator
+	run *coordinatortest.Agent
 }
 
 type agentOpts struct {
@@ -115,42 +114,29 @@ type agentOpts struct {
 // stop or the end of the test.
 func (p *pair) startAgent(t *testing.T, o agentOpts) *agent {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	log := testLogger(t, "agent")
-	co, err := coordinator.New(ctx, coordinator.Config{
-		Destination:     []kgo.Opt{kgo.SeedBrokers(p.dst.Bootstrap()...)},
-		RefreshInterval: o.refreshInterval,
-		Logger:          log,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.apply != nil {
-		if err := co.Apply(ctx, *o.apply); err != nil {
-			co.Close()
-			t.Fatal(err)
-		}
-	}
-	rctx, rcancel := context.WithCancel(context.Background())
-	a := &agent{co: co, cancel: rcancel, done: make(chan struct{})}
-	go func() {
-		defer close(a.done)
-		_ = co.Run(rctx)
-	}()
-	t.Cleanup(a.stop)
-	return a
+	return p.startAgentWith(t, o, func(*coordinator.Config) {})
 }
 
-// stop ends Run, waits for it and closes the coordinator. It may be called
-// more than once.
-func (a *agent) stop() {
-	a.once.Do(func() {
-		a.cancel()
-		<-a.done
-		a.co.Close()
-	})
+// startAgentWith is startAgent with coordinator settings the harness does
+// not expose.
+func (p *pair) startAgentWith(t *testing.T, o agentOpts, tune func(*coordinator.Config)) *agent {
+	t.Helper()
+	cfg := coordinator.Config{
+		Destination:     []kgo.Opt{kgo.SeedBrokers(p.dst.Bootstrap()...)},
+		RefreshInterval: o.refreshInterval,
+		Logger:          testLogger(t, "agent"),
+	}
+	tune(&cfg)
+	var specs []coordinator.MirrorSpec
+	if o.apply != nil {
+		specs = append(specs, *o.apply)
+	}
+	run := coordinatortest.Start(t, cfg, specs...)
+	return &agent{co: run.Coordinator, run: run}
 }
+
+// stop ends the agent; it may be called more than once.
+func (a *agent) stop() { a.run.Stop() }
 
 // status returns the mirror's status as Describe shows it.
 func (a *agent) status() (coordinator.MirrorStatus, bool) {

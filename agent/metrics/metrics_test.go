@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/agent/coordinator"
+	"github.com/kmirror/kmirror/agent/coordinator/coordinatortest"
 	"github.com/kmirror/kmirror/agent/metrics"
 	"github.com/kmirror/kmirror/internal/devcluster"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
@@ -83,27 +84,10 @@ func TestScrapeCoordinator(t *testing.T) {
 	dst := devcluster.StartT(t, devcluster.Name("dst"))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	co, err := coordinator.New(ctx, coordinator.Config{
+	co := coordinatortest.Start(t, coordinator.Config{
 		Destination:     []kgo.Opt{kgo.SeedBrokers(dst.Bootstrap()...)},
 		RefreshInterval: 200 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, rcancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = co.Run(rctx)
-	}()
-	t.Cleanup(func() {
-		rcancel()
-		<-done
-		co.Close()
-	})
-	for !co.Running() {
-		time.Sleep(5 * time.Millisecond)
-	}
+	}).Coordinator
 
 	c := metrics.NewCollector()
 	srv := httptest.NewServer(metrics.Handler(metrics.Registry(c)))

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kmirror/kmirror/agent/api"
 	"github.com/kmirror/kmirror/agent/coordinator"
+	"github.com/kmirror/kmirror/agent/coordinator/coordinatortest"
 	"github.com/kmirror/kmirror/internal/devcluster"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
@@ -121,14 +122,7 @@ func TestGolden(t *testing.T) {
 func TestVerbs(t *testing.T) {
 	src := devcluster.StartT(t, devcluster.Name("src"), devcluster.KfakeOptions(kfake.SeedTopics(1, "orders", "events")))
 	dst := devcluster.StartT(t, devcluster.Name("dst"))
-	ctx, cancel := context.WithCancel(context.Background())
-	co, err := coordinator.New(ctx, coordinator.Config{Destination: []kgo.Opt{kgo.SeedBrokers(dst.Bootstrap()...)}, RefreshInterval: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = co.Run(ctx) }()
-	defer func() { cancel(); <-done; co.Close() }()
+	co := coordinatortest.Start(t, coordinator.Config{Destination: []kgo.Opt{kgo.SeedBrokers(dst.Bootstrap()...)}, RefreshInterval: 200 * time.Millisecond}).Coordinator
 	srv := httptest.NewServer(api.Handler(co, api.Options{}))
 	defer srv.Close()
 	t.Setenv("KMIRROR_ADDR", srv.URL)
