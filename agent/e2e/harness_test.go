@@ -482,36 +482,11 @@ func codecCounts(bs []batch) map[string]int {
 // testLogger logs through t until the test ends, at the level named by
 // KMIRROR_E2E_LOG (default info).
 func testLogger(t *testing.T, name string) hclog.Logger {
-	w := &testWriter{t: t}
-	t.Cleanup(w.stop)
 	level := hclog.LevelFromString(os.Getenv("KMIRROR_E2E_LOG"))
 	if level == hclog.NoLevel {
 		level = hclog.Info
 	}
-	return hclog.New(&hclog.LoggerOptions{Name: name, Level: level, Output: w})
-}
-
-// testWriter sends log lines to t.Log until stop: goroutines may log after
-// the test ends, when t.Log panics.
-type testWriter struct {
-	mu      sync.Mutex
-	t       testing.TB
-	stopped bool
-}
-
-func (w *testWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.stopped {
-		w.t.Log(strings.TrimRight(string(p), "\n"))
-	}
-	return len(p), nil
-}
-
-func (w *testWriter) stop() {
-	w.mu.Lock()
-	w.stopped = true
-	w.mu.Unlock()
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: level, Output: devcluster.TestWriter(t)})
 }
 
 // runProducer runs a continuous workload producer until the returned stop

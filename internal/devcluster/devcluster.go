@@ -248,26 +248,30 @@ func StartT(t testing.TB, opts ...Option) *Cluster {
 	for _, o := range opts {
 		o.apply(&probe)
 	}
-	var tw *testWriter
 	if probe.logger == nil {
-		tw = &testWriter{t: t}
 		opts = append([]Option{Logger(hclog.New(&hclog.LoggerOptions{
 			Name:   "devcluster",
 			Level:  hclog.Info,
-			Output: tw,
+			Output: TestWriter(t),
 		}))}, opts...)
 	}
 	c, err := Start(opts...)
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
-	t.Cleanup(func() {
-		c.Close()
-		if tw != nil {
-			tw.stop()
-		}
-	})
+	// Cleanups run last-in first-out: the cluster closes before the
+	// writer stops.
+	t.Cleanup(c.Close)
 	return c
+}
+
+// TestWriter returns a writer that sends each line to tb.Log until the test
+// ends: goroutines (kfake's, an agent's) can still log after it, when t.Log
+// panics. Loggers of other test harnesses use it too.
+func TestWriter(tb testing.TB) io.Writer {
+	w := &testWriter{t: tb}
+	tb.Cleanup(w.stop)
+	return w
 }
 
 // testWriter sends log lines to t.Log until stop: kfake goroutines can still
