@@ -258,13 +258,22 @@ func TestBadInput(t *testing.T) {
 	ctx := context.Background()
 	src := e.src.Bootstrap()
 	for _, s := range []mirrorapi.MirrorSpec{
-		{Name: "dr", Source: mirrorapi.Source{BootstrapServers: src}, Topics: []string{"orders"}},
+		{Name: "dr", Source: mirrorapi.Source{BootstrapServers: src}, Topics: []string{"orders", "logs"}},
 		{Name: "other", Source: mirrorapi.Source{BootstrapServers: src}, Topics: []string{"events"}},
 	} {
 		if _, err := e.cl.Create(ctx, s); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// dr/logs is stopped (failed over): the transitions out of STOPPED are
+	// refused. Every partition settles first, so that a refused request
+	// leaving a state as it was can be told from one changing it.
+	e.waitStates(t, map[string]mirrorapi.State{"dr/logs/0": mirrorapi.StateMirroring})
+	if err := e.cl.StopTopics(ctx, "dr", []string{"logs"}, mirrorapi.StopModeFailover); err != nil {
+		t.Fatal(err)
+	}
+	e.waitStates(t, map[string]mirrorapi.State{"dr/orders/0": mirrorapi.StateMirroring, "dr/orders/1": mirrorapi.StateMirroring,
+		"dr/logs/0": mirrorapi.StateStopped, "other/events/0": mirrorapi.StateMirroring})
 	b0 := `"source":{"bootstrap_servers":["` + src[0] + `"]}`
 	cases := []struct {
 		name, method, pattern, path, body string
@@ -311,8 +320,42 @@ func TestBadInput(t *testing.T) {
 		{"update bad bootstrap", "PUT", "/v1/mirrors/{name}", "/v1/mirrors/dr", `{"source":{"bootstrap_servers":[":9092"]}}`, 400, mirrorapi.CodeInvalidConfig, "source.bootstrap_servers"},
 		{"update empty bootstrap", "PUT", "/v1/mirrors/{name}", "/v1/mirrors/dr", `{"source":{"bootstrap_servers":[]}}`, 400, mirrorapi.CodeInvalidConfig, "source.bootstrap_servers"},
 		{"update wrong type", "PUT", "/v1/mirrors/{name}", "/v1/mirrors/dr", `{"topic_config_exclude":true}`, 400, mirrorapi.CodeInvalidRequest, "topic_config_exclude"},
+		{"update unknown field", "PUT", "/v1/mirrors/{name}", "/v1/mirrors/dr", `{"topics":["orders","logs"],"force":true}`, 400, mirrorapi.CodeInvalidRequest, "force"},
+		{"update takes a topic of another mirror", "PUT", "/v1/mirrors/{name}", "/v1/mirrors/dr", `{"topics":["orders","logs","events"]}`, 409, mirrorapi.CodeTopicAlreadyMirrored, "topics"},
+		{"update invalid topic", "PUT", "/v1/mirrors/{name}", "/v1/mirrors/dr", `{"topics":["orders","logs","a/b"]}`, 400, mirrorapi.CodeInvalidConfig, "topics"},
+		{"name with a slash", "POST", "/v1/mirrors", "/v1/mirrors", `{"name":"a/b",` + b0 + `}`, 400, mirrorapi.CodeInvalidConfig, "name"},
+		{"topic named dot", "POST", "/v1/mirrors", "/v1/mirrors", `{"name":"x",` + b0 + `,"topics":["."]}`, 400, mirrorapi.CodeInvalidConfig, "topics"},
+		{"topic name too long", "POST", "/v1/mirrors", "/v1/mirrors", `{"name":"x",` + b0 + `,"topics":["` + strings.Repeat("t", 250) + `"]}`, 400, mirrorapi.CodeInvalidConfig, "topics"},
+		{"bootstrap without port", "POST", "/v1/mirrors", "/v1/mirrors", `{"name":"x","source":{"bootstrap_servers":["h:"]}}`, 400, mirrorapi.CodeInvalidConfig, "source.bootstrap_servers"},
+		{"exclude of numbers", "POST", "/v1/mirrors", "/v1/mirrors", `{"name":"x",` + b0 + `,"topic_config_exclude":[1]}`, 400, mirrorapi.CodeInvalidRequest, "topic_config_exclude"},
+		{"offsets of another mirror's topic", "GET", "/v1/mirrors/{name}/offsets", "/v1/mirrors/dr/offsets?topic=events", "", 404, mirrorapi.CodeUnknownTopic, "topic"},
+
+		// Lifecycle routes: pause, resume, stop, recover.
+		{"pause unknown mirror", "POST", "/v1/mirrors/{name}/topics/pause", "/v1/mirrors/nope/topics/pause", `{"topics":["orders"]}`, 404, mirrorapi.CodeMirrorNotFound, "name"},
+		{"resume unknown mirror", "POST", "/v1/mirrors/{name}/topics/resume", "/v1/mirrors/nope/topics/resume", `{"topics":["orders"]}`, 404, mirrorapi.CodeMirrorNotFound, "name"},
+		{"stop unknown mirror", "POST", "/v1/mirrors/{name}/topics/stop", "/v1/mirrors/nope/topics/stop", `{"topics":["orders"],"mode":"failover"}`, 404, mirrorapi.CodeMirrorNotFound, "name"},
+		{"recover unknown mirror", "POST", "/v1/mirrors/{name}/topics/recover", "/v1/mirrors/nope/topics/recover", `{"topics":["orders"]}`, 404, mirrorapi.CodeMirrorNotFound, "name"},
+		{"pause unknown topic", "POST", "/v1/mirrors/{name}/topics/pause", "/v1/mirrors/dr/topics/pause", `{"topics":["nope"]}`, 404, mirrorapi.CodeUnknownTopic, "topics"},
+		{"stop another mirror's topic", "POST", "/v1/mirrors/{name}/topics/stop", "/v1/mirrors/dr/topics/stop", `{"topics":["events"],"mode":"failover"}`, 404, mirrorapi.CodeUnknownTopic, "topics"},
+		{"recover unknown topic", "POST", "/v1/mirrors/{name}/topics/recover", "/v1/mirrors/dr/topics/recover", `{"topics":["nope"]}`, 404, mirrorapi.CodeUnknownTopic, "topics"},
+		{"pause no topics", "POST", "/v1/mirrors/{name}/topics/pause", "/v1/mirrors/dr/topics/pause", `{"topics":[]}`, 400, mirrorapi.CodeInvalidRequest, "topics"},
+		{"resume without topics", "POST", "/v1/mirrors/{name}/topics/resume", "/v1/mirrors/dr/topics/resume", `{}`, 400, mirrorapi.CodeInvalidRequest, "topics"},
+		{"pause empty topic name", "POST", "/v1/mirrors/{name}/topics/pause", "/v1/mirrors/dr/topics/pause", `{"topics":[""]}`, 400, mirrorapi.CodeInvalidRequest, "topics"},
+		{"pause with a mode", "POST", "/v1/mirrors/{name}/topics/pause", "/v1/mirrors/dr/topics/pause", `{"topics":["orders"],"mode":"failover"}`, 400, mirrorapi.CodeInvalidRequest, "mode"},
+		{"recover topics a string", "POST", "/v1/mirrors/{name}/topics/recover", "/v1/mirrors/dr/topics/recover", `{"topics":"orders"}`, 400, mirrorapi.CodeInvalidRequest, "topics"},
+		{"stop without mode", "POST", "/v1/mirrors/{name}/topics/stop", "/v1/mirrors/dr/topics/stop", `{"topics":["orders"]}`, 400, mirrorapi.CodeInvalidRequest, "mode"},
+		{"stop unknown mode", "POST", "/v1/mirrors/{name}/topics/stop", "/v1/mirrors/dr/topics/stop", `{"topics":["orders"],"mode":"now"}`, 400, mirrorapi.CodeInvalidRequest, "mode"},
+		{"stop mode a number", "POST", "/v1/mirrors/{name}/topics/stop", "/v1/mirrors/dr/topics/stop", `{"topics":["orders"],"mode":1}`, 400, mirrorapi.CodeInvalidRequest, "mode"},
+		{"stop without topics", "POST", "/v1/mirrors/{name}/topics/stop", "/v1/mirrors/dr/topics/stop", `{"mode":"promote"}`, 400, mirrorapi.CodeInvalidRequest, "topics"},
+		{"stop empty body", "POST", "/v1/mirrors/{name}/topics/stop", "/v1/mirrors/dr/topics/stop", ``, 400, mirrorapi.CodeInvalidRequest, "body"},
+		{"recover a mirroring topic", "POST", "/v1/mirrors/{name}/topics/recover", "/v1/mirrors/dr/topics/recover", `{"topics":["orders"]}`, 409, mirrorapi.CodeInvalidStateTransition, "topic orders is MIRRORING"},
+		{"resume a stopped topic", "POST", "/v1/mirrors/{name}/topics/resume", "/v1/mirrors/dr/topics/resume", `{"topics":["logs"]}`, 409, mirrorapi.CodeInvalidStateTransition, "topic logs is STOPPED"},
+		{"pause a stopped topic", "POST", "/v1/mirrors/{name}/topics/pause", "/v1/mirrors/dr/topics/pause", `{"topics":["logs"]}`, 409, mirrorapi.CodeInvalidStateTransition, "topic logs is STOPPED"},
+		{"recover a stopped topic", "POST", "/v1/mirrors/{name}/topics/recover", "/v1/mirrors/dr/topics/recover", `{"topics":["logs"]}`, 409, mirrorapi.CodeInvalidStateTransition, "topic logs is STOPPED"},
+		{"pause two topics, one stopped", "POST", "/v1/mirrors/{name}/topics/pause", "/v1/mirrors/dr/topics/pause", `{"topics":["orders","logs"]}`, 409, mirrorapi.CodeInvalidStateTransition, "topic logs is STOPPED"},
+		{"pause two topics, one unknown", "POST", "/v1/mirrors/{name}/topics/pause", "/v1/mirrors/dr/topics/pause", `{"topics":["orders","nope"]}`, 404, mirrorapi.CodeUnknownTopic, "topics"},
 	}
-	before := e.snapshot(t)
+	before, statesBefore := e.snapshot(t), e.states()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			status, b := e.call(t, token, c.method, c.path, c.body)
@@ -331,7 +374,18 @@ func TestBadInput(t *testing.T) {
 			if after := e.snapshot(t); after != before {
 				t.Errorf("the refused request changed the mirrors:\nbefore %s\nafter  %s", before, after)
 			}
+			if after := e.states(); after != statesBefore {
+				t.Errorf("the refused request changed partition states:\nbefore %s\nafter  %s", statesBefore, after)
+			}
 		})
+	}
+	// A refused operation must not have started anything that shows later.
+	time.Sleep(300 * time.Millisecond)
+	if after := e.states(); after != statesBefore {
+		t.Errorf("partition states changed after the refused requests:\nbefore %s\nafter  %s", statesBefore, after)
+	}
+	if len(cases) < 30 {
+		t.Errorf("%d bad inputs, want at least 30", len(cases))
 	}
 	if status, b := e.call(t, token, "GET", "/v1/nope", ""); status != 404 || !strings.Contains(string(b), mirrorapi.CodeNotFound) {
 		t.Errorf("unknown route: %d %s", status, b)

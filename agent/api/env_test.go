@@ -159,3 +159,45 @@ func (e *env) snapshot(t *testing.T) string {
 	_ = json.NewEncoder(&b).Encode(vs)
 	return b.String()
 }
+
+// states lists every partition's state and stop mode, MIRROR/TOPIC/PARTITION
+// STATE MODE per line, in describe's order.
+func (e *env) states() string {
+	var b strings.Builder
+	for _, m := range e.co.Describe() {
+		for _, tp := range m.Topics {
+			for _, p := range tp.Partitions {
+				fmt.Fprintf(&b, "%s/%s/%d %s %s\n", m.Name, tp.Name, p.Partition, p.State, p.StopMode)
+			}
+		}
+	}
+	return b.String()
+}
+
+// waitStates waits until every MIRROR/TOPIC/PARTITION in want is in its
+// state.
+func (e *env) waitStates(t *testing.T, want map[string]mirrorapi.State) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := map[string]mirrorapi.State{}
+		for _, m := range e.co.Describe() {
+			for _, tp := range m.Topics {
+				for _, p := range tp.Partitions {
+					got[fmt.Sprintf("%s/%s/%d", m.Name, tp.Name, p.Partition)] = p.State
+				}
+			}
+		}
+		ok := true
+		for k, v := range want {
+			ok = ok && got[k] == v
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("partition states %v, want %v", got, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
