@@ -30,8 +30,9 @@ import (
 // Each directory with .tf files is copied to a fresh working directory and,
 // because the docs' examples are fragments, completed there:
 //   - a required_providers block when the example has none;
-//   - the kafka_cluster_mirror example when it uses kafka_cluster_mirror.dr
-//     without declaring it;
+//   - the resource examples (resources/<type>/resource.tf) declaring the
+//     resources it refers to without declaring them, such as
+//     kafka_cluster_mirror.dr;
 //   - an override file (Terraform's *_override.tf merging) pointing its
 //     provider block at the test agent and kafka_cluster_mirror.dr's source
 //     at the source dev cluster; CA files it reads with file() hold the CA
@@ -94,9 +95,9 @@ func accTerraformPath(t *testing.T) string {
 var (
 	// pemFileRE finds the CA files an example reads, file("${path.module}/x.pem").
 	pemFileRE = regexp.MustCompile(`file\("\$\{path\.module\}/([^"/]+\.pem)"\)`)
-	// usesMirrorDR finds a reference to the resource kafka_cluster_mirror.dr
-	// (not to the data source data.kafka_cluster_mirror.dr).
-	usesMirrorDR = regexp.MustCompile(`(^|[^.\w])kafka_cluster_mirror\.dr\b`)
+	// resourceRefRE finds a reference to a kafka_* resource, TYPE.NAME (not
+	// to a data source, data.TYPE.NAME).
+	resourceRefRE = regexp.MustCompile(`(^|[^.\w"])(kafka_\w+)\.(\w+)\b`)
 	// importRE is a line of an import.sh.
 	importRE = regexp.MustCompile(`(?m)^terraform import (\S+) (\S+)\s*$`)
 )
@@ -136,13 +137,24 @@ func runExample(t *testing.T, tf, reattach, root, dir, name string) {
 	}
 	// Every example configures the provider and calls the agent at least once.
 	harness.WriteString("data \"kafka_cluster_mirrors\" \"harness\" {}\n\n")
-	if usesMirrorDR.MatchString(src) && !declares("resource", "kafka_cluster_mirror", "dr") {
-		b, err := os.ReadFile(filepath.Join(root, "resources", "kafka_cluster_mirror", "resource.tf"))
-		if err != nil {
-			t.Fatal(err)
+	// Resources the example refers to but does not declare come from the
+	// resource examples that declare them (kafka_cluster_mirror.dr for
+	// most), and what those refer to in turn.
+	for added := true; added; {
+		added = false
+		for _, ref := range resourceRefRE.FindAllStringSubmatch(src, -1) {
+			typ, res := ref[2], ref[3]
+			if declares("resource", typ, res) {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(root, "resources", typ, "resource.tf"))
+			if err != nil || !regexp.MustCompile(fmt.Sprintf(`(?m)^resource "%s" "%s"`, typ, res)).Match(b) {
+				t.Fatalf("%s refers to resource %s.%s, which neither it nor examples/resources/%s/resource.tf declares", name, typ, res, typ)
+			}
+			harness.Write(b)
+			src += string(b)
+			added = true
 		}
-		harness.Write(b)
-		src += string(b)
 	}
 	writeFile(t, filepath.Join(work, "harness.tf"), []byte(harness.String()))
 
