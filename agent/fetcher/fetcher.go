@@ -166,13 +166,42 @@ type Fetcher struct {
 	parts map[TP]*part
 	loops map[int32]context.CancelFunc
 	wake  chan struct{} // closed and replaced when there may be new work
+	// failing: brokers whose last fetch failed, counted in
+	// Counters.Failing until a fetch there succeeds or nothing is
+	// fetched there any more. (A failed fetch ends the broker's loop, so
+	// this outlives loops.)
+	failing map[int32]bool
+}
+
+// setFailing records whether broker's last fetch failed. A loop that Run
+// has ended (ctx is done) records nothing, so that Run's cleanup stays last.
+func (f *Fetcher) setFailing(ctx context.Context, broker int32, v bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if ctx.Err() != nil {
+		return
+	}
+	f.setFailingLocked(broker, v)
+}
+
+func (f *Fetcher) setFailingLocked(broker int32, v bool) {
+	if f.failing[broker] == v {
+		return
+	}
+	if v {
+		f.failing[broker] = true
+		f.opts.Counters.Failing.Add(1)
+	} else {
+		delete(f.failing, broker)
+		f.opts.Counters.Failing.Add(-1)
+	}
 }
 
 // New returns a fetcher that uses cl (a client of the source cluster) and
 // meta (leaders of that cluster).
 func New(cl *kgo.Client, meta *leaders.Cache, opts Options) *Fetcher {
 	opts.defaults()
-	return &Fetcher{cl: cl, meta: meta, opts: opts, parts: map[TP]*part{}, loops: map[int32]context.CancelFunc{}, wake: make(chan struct{})}
+	return &Fetcher{cl: cl, meta: meta, opts: opts, parts: map[TP]*part{}, loops: map[int32]context.CancelFunc{}, wake: make(chan struct{}), failing: map[int32]bool{}}
 }
 
 func (f *Fetcher) wakeLocked() {
@@ -260,6 +289,9 @@ func (f *Fetcher) Run(ctx context.Context) error {
 			cancel()
 			delete(f.loops, id)
 		}
+		for id := range f.failing {
+			f.setFailingLocked(id, false)
+		}
 		f.mu.Unlock()
 	}()
 	for {
@@ -267,9 +299,21 @@ func (f *Fetcher) Run(ctx context.Context) error {
 		f.mu.Lock()
 		wake := f.wake
 		need := map[int32]bool{}
+		unresolved := false
 		for _, p := range f.parts {
 			if p.leader >= 0 {
 				need[p.leader] = true
+			} else {
+				unresolved = true
+			}
+		}
+		for id := range f.failing {
+			if !need[id] && !unresolved {
+				// Nothing is fetched there now: its partitions
+				// moved to brokers that answer. (While leaders are
+				// unknown, such as with the source down, a broker
+				// that failed stays counted.)
+				f.setFailingLocked(id, false)
 			}
 		}
 		for id := range need {
@@ -346,18 +390,6 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 	sess.reset()
 	backoff := 50 * time.Millisecond
 	counters := f.opts.Counters
-	failing := false
-	setFailing := func(v bool) {
-		if v != failing {
-			failing = v
-			if v {
-				counters.Failing.Add(1)
-			} else {
-				counters.Failing.Add(-1)
-			}
-		}
-	}
-	defer setFailing(false)
 	for ctx.Err() == nil {
 		req, gens, wait := f.buildRequest(ctx, broker, &sess)
 		if req == nil {
@@ -385,7 +417,7 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 			}
 			stats.errors.Add(1)
 			counters.Errors.Add(1)
-			setFailing(true)
+			f.setFailing(ctx, broker, true)
 			log.Debug("fetch failed", "error", err)
 			sess.reset()
 			f.invalidateBroker(broker)
@@ -398,7 +430,7 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
 			stats.errors.Add(1)
 			counters.Errors.Add(1)
-			setFailing(true)
+			f.setFailing(ctx, broker, true)
 			log.Debug("fetch session error", "error", err)
 			sess.reset()
 			if !errors.Is(err, kerr.FetchSessionIDNotFound) && !errors.Is(err, kerr.InvalidFetchSessionEpoch) {
@@ -408,7 +440,7 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 			continue
 		}
 		backoff = 50 * time.Millisecond
-		setFailing(false)
+		f.setFailing(ctx, broker, false)
 		if req.SessionEpoch == 0 {
 			// 0 when the broker keeps no session for us: every
 			// fetch is then a full one.

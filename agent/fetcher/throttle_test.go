@@ -1,8 +1,15 @@
 package fetcher
 
 import (
+	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kmirror/kmirror/agent/leaders"
 )
 
 func TestThrottleBucket(t *testing.T) {
@@ -57,5 +64,53 @@ func TestThrottleBucket(t *testing.T) {
 	th.Set(0, false, nil)
 	if ok, _, _ := th.ready(); !ok || th.Applies(TP{"a", 0}) || th.Rate() != 0 {
 		t.Fatal("a removed throttle still holds back")
+	}
+}
+
+// TestDeadFetchers: a source broker whose fetches fail counts as one dead
+// fetcher while they fail, however often its loop restarts, and no longer
+// once a fetch there succeeds again.
+func TestDeadFetchers(t *testing.T) {
+	c, cl := testCluster(t, 1, "t")
+	var failing atomic.Bool
+	failing.Store(true)
+	c.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if failing.Load() {
+			return nil, errors.New("injected fetch failure"), true
+		}
+		return nil, nil, false
+	})
+	counters := &Counters{}
+	f := New(cl, leaders.New(cl), Options{Counters: counters, MaxWait: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = f.Run(ctx) }()
+	f.Assign(TP{"t", 0}, 0)
+
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: requests %d, errors %d, dead fetchers %d", what, counters.Requests.Load(), counters.Errors.Load(), counters.Failing.Load())
+			}
+		}
+	}
+	waitFor("three failed fetches", func() bool { return counters.Errors.Load() >= 3 })
+	// Sampled over retries: never more than the one broker, and one
+	// while its fetches fail.
+	for range 50 {
+		if n := counters.Failing.Load(); n != 1 {
+			t.Fatalf("dead fetchers %d while the only broker's fetches fail", n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	failing.Store(false)
+	errs := counters.Errors.Load()
+	waitFor("a good fetch", func() bool { return counters.Failing.Load() == 0 && counters.Requests.Load() > errs+2 })
+	cancel()
+	<-done
+	if n := counters.Failing.Load(); n != 0 {
+		t.Errorf("dead fetchers %d after Run returned", n)
 	}
 }
