@@ -20,8 +20,8 @@ func TestCollectorFigures(t *testing.T) {
 	c := metrics.NewCollector()
 	c.SetSource(fakeSource{{
 		Name: "dr", MaxLag: 7, BufferedBytes: 4096, Error: "",
-		Throttle: &mirrorapi.Throttle{RateBytesPerSecond: 1 << 20, Partitions: []string{"*"}},
-		Fetch:    mirrorapi.FetchStats{Requests: 40, Errors: 3, Bytes: 123456, DeadFetchers: 1, ThrottledMillis: 2500},
+		Throttle:    &mirrorapi.Throttle{RateBytesPerSecond: 1 << 20, Partitions: []string{"*"}},
+		Fetch:       mirrorapi.FetchStats{Requests: 40, Errors: 3, Bytes: 123456, DeadFetchers: 1, ThrottledMillis: 2500},
 		StateCounts: map[mirrorapi.State]int{mirrorapi.StateMirroring: 1, mirrorapi.StateFailed: 1, "SOMETHING_NEW": 2},
 		Topics: []mirrorapi.Topic{
 			{Name: "orders", Partitions: []mirrorapi.Partition{
