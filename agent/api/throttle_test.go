@@ -114,6 +114,16 @@ func TestThrottleRoutes(t *testing.T) {
 	if got, err := e.cl.Throttle(ctx, "dr"); err != nil || got.RateBytesPerSecond != 2000000 || !slices.Equal(got.Partitions, []string{"orders:1", "orders:0"}) {
 		t.Errorf("throttle after a mirror update: %+v (%v)", got, err)
 	}
+	// A partition of a topic the mirror lacks is allowed (it may be
+	// added later), and describe warns about it.
+	if _, err := e.cl.SetThrottle(ctx, "dr", mirrorapi.Throttle{RateBytesPerSecond: 2000000, Partitions: []string{"orders:0", "ordrs:1"}, SourceQuota: true}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := e.cl.Mirror(ctx, "dr"); err != nil || !slices.ContainsFunc(m.Warnings, func(w string) bool {
+		return strings.Contains(w, `throttle: partition ordrs:1: the mirror has no topic "ordrs"`)
+	}) {
+		t.Errorf("describe warnings %q (%v), want one about ordrs:1", m.Warnings, err)
+	}
 	// Turning the quota off removes it and keeps the throttle.
 	if _, err := e.cl.SetThrottle(ctx, "dr", mirrorapi.Throttle{RateBytesPerSecond: 2000000}); err != nil {
 		t.Fatal(err)

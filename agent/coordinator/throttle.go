@@ -204,6 +204,13 @@ func (m *mirror) throttleStatusLocked(st *MirrorStatus) {
 		t := *m.throttleSpec
 		t.Partitions = slices.Clone(t.Partitions)
 		st.Throttle = &t
+		// A partition of a topic the mirror does not have (yet) is
+		// allowed, as it may be added later, but likely a typo.
+		for _, p := range t.Partitions {
+			if topic, _, all, err := mirrorapi.ParseThrottlePartition(p); err == nil && !all && !slices.Contains(m.spec.Topics, topic) {
+				st.Warnings = append(st.Warnings, fmt.Sprintf("throttle: partition %s: the mirror has no topic %q; nothing is throttled there until it does", p, topic))
+			}
+		}
 	}
 	st.Fetch = mirrorapi.FetchStats{
 		Requests:        m.counters.Requests.Load(),
