@@ -183,7 +183,7 @@ func isLoopback(host string) bool {
 }
 
 func (p *kafkaProvider) Resources(context.Context) []func() resource.Resource {
-	return []func() resource.Resource{NewClusterMirrorResource, NewMirrorTopicResource}
+	return []func() resource.Resource{NewClusterMirrorResource, NewMirrorTopicResource, NewMirrorThrottleResource}
 }
 
 func (p *kafkaProvider) DataSources(context.Context) []func() datasource.DataSource {

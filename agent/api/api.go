@@ -1,6 +1,6 @@
 // Package api serves the agent's HTTP API: health and readiness, and under
 // /v1 the mirrors (create, list, describe, update, delete), their topics and
-// their last mirrored offsets, with bearer-token authentication and errors
+// their last mirrored offsets and their throttles, with bearer-token authentication and errors
 // that carry a stable code (mirrorapi.Code*) and a message naming the field
 // at fault. The OpenAPI document of every route is openapi.json, served at
 // GET /v1/openapi.json.
@@ -46,6 +46,9 @@ type Backend interface {
 	ResumeTopics(ctx context.Context, name string, topics []string) error
 	StopTopics(ctx context.Context, name string, topics []string, mode coordinator.StopMode) error
 	RecoverTopics(ctx context.Context, name string, topics []string) error
+	Throttle(name string) (mirrorapi.Throttle, error)
+	SetThrottle(ctx context.Context, name string, t mirrorapi.Throttle) error
+	RemoveThrottle(ctx context.Context, name string) error
 	// Running says whether the state topic is loaded and mirrors run.
 	Running() bool
 }
@@ -97,6 +100,9 @@ var routes = []route{
 	{method: "POST", path: "/v1/mirrors/{name}/topics/resume", handle: (*Server).resumeTopics},
 	{method: "POST", path: "/v1/mirrors/{name}/topics/stop", handle: (*Server).stopTopics},
 	{method: "POST", path: "/v1/mirrors/{name}/topics/recover", handle: (*Server).recoverTopics},
+	{method: "GET", path: "/v1/mirrors/{name}/throttle", handle: (*Server).getThrottle},
+	{method: "PUT", path: "/v1/mirrors/{name}/throttle", handle: (*Server).putThrottle},
+	{method: "DELETE", path: "/v1/mirrors/{name}/throttle", handle: (*Server).deleteThrottle},
 }
 
 // Routes returns every route as "METHOD PATH".
@@ -426,6 +432,45 @@ func (s *Server) lifecycle(b Backend, w http.ResponseWriter, r *http.Request, ve
 	}
 }
 
+func (s *Server) getThrottle(b Backend, w http.ResponseWriter, r *http.Request) {
+	t, err := b.Throttle(r.PathValue("name"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t.Normalized())
+}
+
+// putThrottle sets or replaces the throttle: the body is the whole throttle
+// (a PUT, so a repeated call is harmless).
+func (s *Server) putThrottle(b Backend, w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	var in mirrorapi.Throttle
+	if !decode(w, r, &in) {
+		return
+	}
+	if err := b.SetThrottle(r.Context(), name, in); err != nil {
+		s.fail(w, err)
+		return
+	}
+	t, err := b.Throttle(name)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t.Normalized())
+}
+
+// deleteThrottle lifts the throttle; lifting none is not an error, so that a
+// retried call succeeds.
+func (s *Server) deleteThrottle(b Backend, w http.ResponseWriter, r *http.Request) {
+	if err := b.RemoveThrottle(r.Context(), r.PathValue("name")); err != nil {
+		s.fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
 // checkTopics refuses an empty or malformed topic list.
 func checkTopics(w http.ResponseWriter, topics []string, verb string) bool {
 	if len(topics) == 0 {
@@ -452,6 +497,8 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusNotFound, mirrorapi.CodeUnknownTopic, err.Error())
 	case errors.As(err, &invalid):
 		writeError(w, http.StatusBadRequest, mirrorapi.CodeInvalidConfig, err.Error())
+	case errors.Is(err, coordinator.ErrThrottleNotFound):
+		writeError(w, http.StatusNotFound, mirrorapi.CodeThrottleNotFound, err.Error()+"; set one with PUT")
 	case errors.Is(err, coordinator.ErrMirrorNotFound):
 		writeError(w, http.StatusNotFound, mirrorapi.CodeMirrorNotFound, "name: "+err.Error())
 	case errors.Is(err, coordinator.ErrMirrorExists):

@@ -192,6 +192,9 @@ func TestAuth(t *testing.T) {
 		"POST /v1/mirrors/{name}/topics/resume":  "/v1/mirrors/dr/topics/resume",
 		"POST /v1/mirrors/{name}/topics/stop":    "/v1/mirrors/dr/topics/stop",
 		"POST /v1/mirrors/{name}/topics/recover": "/v1/mirrors/dr/topics/recover",
+		"GET /v1/mirrors/{name}/throttle":        "/v1/mirrors/dr/throttle",
+		"PUT /v1/mirrors/{name}/throttle":        "/v1/mirrors/dr/throttle",
+		"DELETE /v1/mirrors/{name}/throttle":     "/v1/mirrors/dr/throttle",
 	}
 	bodies := map[string]string{
 		"POST /v1/mirrors":                       `{"name":"x","source":{"bootstrap_servers":["h:1"]}}`,
@@ -201,6 +204,7 @@ func TestAuth(t *testing.T) {
 		"POST /v1/mirrors/{name}/topics/resume":  `{"topics":["orders"]}`,
 		"POST /v1/mirrors/{name}/topics/stop":    `{"topics":["orders"],"mode":"failover"}`,
 		"POST /v1/mirrors/{name}/topics/recover": `{"topics":["orders"]}`,
+		"PUT /v1/mirrors/{name}/throttle":        `{"rate_bytes_per_second":1000}`,
 	}
 	for _, r := range api.Routes() {
 		method, pattern, _ := strings.Cut(r, " ")

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
 // The errors of the admin operations; callers match them with errors.Is.
@@ -192,6 +194,18 @@ func (c *Coordinator) Delete(ctx context.Context, name string, force bool) error
 		}
 	}
 	slices.Sort(keys)
+	// Its throttle (throttle/MIRROR) goes too, and the source quota with
+	// it; a source that cannot be reached does not keep a mirror from
+	// being deleted (it may be gone for good), so that is only logged.
+	var t mirrorapi.Throttle
+	if c.getJSON(throttleKey(name), &t) {
+		if t.SourceQuota {
+			if err := c.setSourceQuota(ctx, rec.Spec, 0); err != nil {
+				c.log.Warn("deleting mirror: the source quota stays; remove it by hand", "mirror", name, "error", err)
+			}
+		}
+		keys = append(keys, throttleKey(name))
+	}
 	keys = append(keys, mirrorKey(name))
 	for _, k := range keys {
 		if err := c.store.Put(ctx, k, nil); err != nil {

@@ -368,6 +368,10 @@ func (c *Coordinator) Run(ctx context.Context) error {
 
 func (c *Coordinator) startLocked(rec mirrorRecord) {
 	m := newMirror(c, rec)
+	var t mirrorapi.Throttle
+	if c.getJSON(throttleKey(rec.Spec.Name), &t) {
+		m.setThrottle(&t) // before its first fetch
+	}
 	c.mirrors[rec.Spec.Name] = m
 	ctx, cancel := context.WithCancel(c.runCtx)
 	m.cancel = cancel // Delete (admin.go) stops one mirror

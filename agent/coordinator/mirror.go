@@ -82,6 +82,12 @@ type mirror struct {
 	roReleased map[string]bool
 	// fenced: the source fences of promotes, by topic.
 	fenced map[string]fenceState
+
+	// throttle is enforced by every fetcher of the mirror, and counters
+	// count their fetches; both outlive reconnects (throttle.go).
+	throttle     *fetcher.Throttle
+	throttleSpec *mirrorapi.Throttle // what describe shows, nil: none
+	counters     *fetcher.Counters
 }
 
 func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
@@ -91,7 +97,8 @@ func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
 		refresh: make(chan struct{}, 1), done: make(chan struct{}),
 		stopModes: map[fetcher.TP]StopMode{}, stoppedBy: map[fetcher.TP]StopMode{}, promoteBy: map[fetcher.TP]time.Time{}, recoverTPs: map[fetcher.TP]bool{}, recoverTopics: map[string]bool{},
 		ro: map[string]roState{}, roReleased: map[string]bool{}, fenced: map[string]fenceState{},
-		ctx: context.Background(),
+		ctx:      context.Background(),
+		throttle: fetcher.NewThrottle(), counters: &fetcher.Counters{},
 	}
 }
 
@@ -146,7 +153,7 @@ func (m *mirror) runConnected(ctx context.Context) error {
 	m.mu.Lock()
 	spec := m.spec // Apply changes m.spec under m.mu
 	m.mu.Unlock()
-	src, err := kgo.NewClient(m.c.cfg.SourceOpts(spec.Source)...)
+	src, err := kgo.NewClient(m.c.sourceOpts(spec)...)
 	if err != nil {
 		return fmt.Errorf("connecting to source %s: %w", strings.Join(spec.Source.BootstrapServers, ","), err)
 	}
@@ -174,7 +181,7 @@ func (m *mirror) runConnected(ctx context.Context) error {
 	m.setErr(nil)
 
 	srcMeta := leaders.New(src)
-	f := fetcher.New(src, srcMeta, fetcher.Options{Budget: m.c.budget, Logger: m.log.Named("fetcher")})
+	f := fetcher.New(src, srcMeta, fetcher.Options{Budget: m.c.budget, Throttle: m.throttle, Counters: m.counters, Logger: m.log.Named("fetcher")})
 	m.mu.Lock()
 	m.fetch = f
 	m.source = &sourceReader{src, srcMeta}
@@ -426,6 +433,7 @@ func (m *mirror) status() MirrorStatus {
 	if m.fetch != nil {
 		st.BufferedBytes = m.fetch.Buffered()
 	}
+	m.throttleStatusLocked(&st)
 	byTopic := map[string]*TopicStatus{}
 	for _, t := range m.spec.Topics {
 		ro := m.ro[t]

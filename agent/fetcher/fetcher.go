@@ -82,7 +82,13 @@ type Options struct {
 	RequestTimeout time.Duration
 	// Budget bounds fetched-but-unwritten bytes (default 256 MiB, private).
 	Budget *Budget
-	Logger hclog.Logger
+	// Throttle, when set, caps the bytes fetched for the partitions it
+	// covers (a mirror's replication throttle); nil throttles nothing.
+	Throttle *Throttle
+	// Counters, when set, counts this fetcher's requests, errors, bytes
+	// and failing broker loops (a mirror's figures).
+	Counters *Counters
+	Logger   hclog.Logger
 }
 
 func (o *Options) defaults() {
@@ -106,6 +112,9 @@ func (o *Options) defaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
+	}
+	if o.Counters == nil {
+		o.Counters = &Counters{}
 	}
 }
 
@@ -141,6 +150,10 @@ type part struct {
 	maxBytes int32
 	queued   int   // chunks sent to out and not yet Done
 	held     int64 // budget bytes of those chunks
+	// throttledMax is the partition max bytes while throttled: the
+	// throttle's chunk, doubled while the next batch does not fit.
+	throttledMax   int32
+	throttledChunk int32 // the chunk throttledMax started from
 }
 
 // Fetcher fetches for a set of partitions of one source cluster.
@@ -153,13 +166,42 @@ type Fetcher struct {
 	parts map[TP]*part
 	loops map[int32]context.CancelFunc
 	wake  chan struct{} // closed and replaced when there may be new work
+	// failing: brokers whose last fetch failed, counted in
+	// Counters.Failing until a fetch there succeeds or nothing is
+	// fetched there any more. (A failed fetch ends the broker's loop, so
+	// this outlives loops.)
+	failing map[int32]bool
+}
+
+// setFailing records whether broker's last fetch failed. A loop that Run
+// has ended (ctx is done) records nothing, so that Run's cleanup stays last.
+func (f *Fetcher) setFailing(ctx context.Context, broker int32, v bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if ctx.Err() != nil {
+		return
+	}
+	f.setFailingLocked(broker, v)
+}
+
+func (f *Fetcher) setFailingLocked(broker int32, v bool) {
+	if f.failing[broker] == v {
+		return
+	}
+	if v {
+		f.failing[broker] = true
+		f.opts.Counters.Failing.Add(1)
+	} else {
+		delete(f.failing, broker)
+		f.opts.Counters.Failing.Add(-1)
+	}
 }
 
 // New returns a fetcher that uses cl (a client of the source cluster) and
 // meta (leaders of that cluster).
 func New(cl *kgo.Client, meta *leaders.Cache, opts Options) *Fetcher {
 	opts.defaults()
-	return &Fetcher{cl: cl, meta: meta, opts: opts, parts: map[TP]*part{}, loops: map[int32]context.CancelFunc{}, wake: make(chan struct{})}
+	return &Fetcher{cl: cl, meta: meta, opts: opts, parts: map[TP]*part{}, loops: map[int32]context.CancelFunc{}, wake: make(chan struct{}), failing: map[int32]bool{}}
 }
 
 func (f *Fetcher) wakeLocked() {
@@ -247,6 +289,9 @@ func (f *Fetcher) Run(ctx context.Context) error {
 			cancel()
 			delete(f.loops, id)
 		}
+		for id := range f.failing {
+			f.setFailingLocked(id, false)
+		}
 		f.mu.Unlock()
 	}()
 	for {
@@ -254,9 +299,21 @@ func (f *Fetcher) Run(ctx context.Context) error {
 		f.mu.Lock()
 		wake := f.wake
 		need := map[int32]bool{}
+		unresolved := false
 		for _, p := range f.parts {
 			if p.leader >= 0 {
 				need[p.leader] = true
+			} else {
+				unresolved = true
+			}
+		}
+		for id := range f.failing {
+			if !need[id] && !unresolved {
+				// Nothing is fetched there now: its partitions
+				// moved to brokers that answer. (While leaders are
+				// unknown, such as with the source down, a broker
+				// that failed stays counted.)
+				f.setFailingLocked(id, false)
 			}
 		}
 		for id := range need {
@@ -332,6 +389,7 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 	var sess session
 	sess.reset()
 	backoff := 50 * time.Millisecond
+	counters := f.opts.Counters
 	for ctx.Err() == nil {
 		req, gens, wait := f.buildRequest(ctx, broker, &sess)
 		if req == nil {
@@ -352,11 +410,14 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 		kresp, err := f.cl.Broker(int(broker)).Request(rctx, req)
 		rcancel()
 		stats.requests.Add(1)
+		counters.Requests.Add(1)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			stats.errors.Add(1)
+			counters.Errors.Add(1)
+			f.setFailing(ctx, broker, true)
 			log.Debug("fetch failed", "error", err)
 			sess.reset()
 			f.invalidateBroker(broker)
@@ -368,6 +429,8 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 		stats.throttleMillis.Add(int64(resp.ThrottleMillis))
 		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
 			stats.errors.Add(1)
+			counters.Errors.Add(1)
+			f.setFailing(ctx, broker, true)
 			log.Debug("fetch session error", "error", err)
 			sess.reset()
 			if !errors.Is(err, kerr.FetchSessionIDNotFound) && !errors.Is(err, kerr.InvalidFetchSessionEpoch) {
@@ -377,6 +440,7 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 			continue
 		}
 		backoff = 50 * time.Millisecond
+		f.setFailing(ctx, broker, false)
 		if req.SessionEpoch == 0 {
 			// 0 when the broker keeps no session for us: every
 			// fetch is then a full one.
@@ -419,12 +483,15 @@ func (f *Fetcher) stopLoopLocked(broker int32) {
 // on when no partition led there may be fetched now.
 func (f *Fetcher) buildRequest(ctx context.Context, broker int32, sess *session) (*kmsg.FetchRequest, map[TP]uint64, <-chan struct{}) {
 	avail, freed := f.opts.Budget.Available()
+	thr := f.opts.Throttle
+	thrOK, thrWait, thrChanged := thr.ready()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	wake := f.wake
 	// Partitions this broker should fetch now.
 	ready := map[TP]*part{}
-	var led int
+	throttled := map[TP]bool{}
+	var led, heldByThrottle int
 	for tp, p := range f.parts {
 		if p.leader != broker {
 			continue
@@ -432,6 +499,15 @@ func (f *Fetcher) buildRequest(ctx context.Context, broker int32, sess *session)
 		led++
 		if p.queued >= f.opts.PartitionQueue || p.held >= int64(p.maxBytes)*2 {
 			continue
+		}
+		if thr.Applies(tp) {
+			if !thrOK {
+				// Left out, like a paused partition, until the
+				// throttle's bucket refills.
+				heldByThrottle++
+				continue
+			}
+			throttled[tp] = true
 		}
 		ready[tp] = p
 	}
@@ -442,20 +518,30 @@ func (f *Fetcher) buildRequest(ctx context.Context, broker int32, sess *session)
 		return nil, nil, wake
 	}
 	if len(ready) == 0 || avail < int64(f.opts.PartitionMaxBytes) {
+		var budget <-chan struct{}
 		if len(ready) > 0 {
-			// Wait for budget, or for other news.
-			merged := make(chan struct{})
-			go func() {
-				select {
-				case <-freed:
-				case <-wake:
-				case <-ctx.Done():
-				}
-				close(merged)
-			}()
-			return nil, nil, merged
+			budget = freed // wait for budget, or for other news
 		}
-		return nil, nil, wake
+		var refill <-chan time.Time
+		var changed <-chan struct{}
+		if heldByThrottle > 0 {
+			refill, changed = time.After(thrWait), thrChanged
+		}
+		if budget == nil && refill == nil {
+			return nil, nil, wake
+		}
+		merged := make(chan struct{})
+		go func() {
+			select {
+			case <-budget:
+			case <-refill:
+			case <-changed:
+			case <-wake:
+			case <-ctx.Done():
+			}
+			close(merged)
+		}()
+		return nil, nil, merged
 	}
 
 	if sess.id == 0 {
@@ -466,11 +552,20 @@ func (f *Fetcher) buildRequest(ctx context.Context, broker int32, sess *session)
 	req := kmsg.NewPtrFetchRequest()
 	req.ReplicaID = -1
 	req.MaxWaitMillis = int32(f.opts.MaxWait / time.Millisecond)
-	if len(ready) < led {
+	if len(ready)+heldByThrottle < led {
 		// Partitions held back until their chunks are written are not in
 		// this fetch; if the ones that are have nothing new, a long poll
 		// would keep the held-back ones from being fetched until it ends.
 		req.MaxWaitMillis = min(req.MaxWaitMillis, int32(heldBackWait/time.Millisecond))
+	}
+	if heldByThrottle > 0 {
+		// Likewise for partitions the throttle holds back: they may be
+		// fetched again once the bucket has refilled.
+		req.MaxWaitMillis = min(req.MaxWaitMillis, int32(max(thrWait, heldBackWait)/time.Millisecond))
+	}
+	var chunk int32
+	if len(throttled) > 0 {
+		chunk = thr.Chunk()
 	}
 	req.MinBytes = 1
 	req.MaxBytes = int32(min(int64(f.opts.MaxBytes), avail))
@@ -484,7 +579,16 @@ func (f *Fetcher) buildRequest(ctx context.Context, broker int32, sess *session)
 	byTopic := map[string]int{}
 	for tp, p := range ready {
 		gens[tp] = p.gen
-		want := sentPart{offset: p.offset, maxBytes: p.maxBytes, epoch: p.epoch}
+		maxBytes := p.maxBytes
+		if throttled[tp] {
+			// Small fetches, so that the bytes the throttle charges
+			// after the fact stay close to its ceiling.
+			if p.throttledChunk != chunk {
+				p.throttledMax, p.throttledChunk = chunk, chunk
+			}
+			maxBytes = min(p.throttledMax, p.maxBytes)
+		}
+		want := sentPart{offset: p.offset, maxBytes: maxBytes, epoch: p.epoch}
 		if s, ok := sess.sent[tp]; ok && s == want && sess.id != 0 {
 			continue // the session already fetches it from there
 		}
@@ -507,7 +611,7 @@ func (f *Fetcher) buildRequest(ctx context.Context, broker int32, sess *session)
 		rp.CurrentLeaderEpoch = p.epoch
 		rp.LastFetchedEpoch = -1
 		rp.LogStartOffset = -1
-		rp.PartitionMaxBytes = p.maxBytes
+		rp.PartitionMaxBytes = maxBytes
 		rt.Partitions = append(rt.Partitions, rp)
 		sess.sent[tp] = want
 	}
@@ -608,10 +712,15 @@ func (f *Fetcher) handleResponse(ctx context.Context, broker int32, sess *sessio
 				staleSession = true
 				continue
 			}
+			throttled := f.opts.Throttle.Applies(tp)
 			if len(whole) == 0 && len(rp.RecordBatches) > 0 {
 				// The next batch is larger than the partition's share:
 				// ask for more next time.
-				p.maxBytes = min(p.maxBytes*2, 256<<20)
+				if throttled && p.throttledMax > 0 && p.throttledMax < p.maxBytes {
+					p.throttledMax = min(p.throttledMax*2, p.maxBytes)
+				} else {
+					p.maxBytes = min(p.maxBytes*2, 256<<20)
+				}
 			}
 			if next > p.offset {
 				p.offset = next
@@ -628,6 +737,10 @@ func (f *Fetcher) handleResponse(ctx context.Context, broker int32, sess *sessio
 				c.Aborted = append(c.Aborted, Aborted{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset})
 			}
 			f.opts.Budget.Take(c.Size())
+			f.opts.Counters.Bytes.Add(c.Size())
+			if throttled {
+				f.opts.Throttle.take(c.Size())
+			}
 			f.deliverLocked(p, c)
 		}
 	}

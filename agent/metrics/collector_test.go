@@ -20,6 +20,8 @@ func TestCollectorFigures(t *testing.T) {
 	c := metrics.NewCollector()
 	c.SetSource(fakeSource{{
 		Name: "dr", MaxLag: 7, BufferedBytes: 4096, Error: "",
+		Throttle:    &mirrorapi.Throttle{RateBytesPerSecond: 1 << 20, Partitions: []string{"*"}},
+		Fetch:       mirrorapi.FetchStats{Requests: 40, Errors: 3, Bytes: 123456, DeadFetchers: 1, ThrottledMillis: 2500},
 		StateCounts: map[mirrorapi.State]int{mirrorapi.StateMirroring: 1, mirrorapi.StateFailed: 1, "SOMETHING_NEW": 2},
 		Topics: []mirrorapi.Topic{
 			{Name: "orders", Partitions: []mirrorapi.Partition{
@@ -94,12 +96,38 @@ kmirror_topic_error{mirror="dr",topic="orders"} 0
 # TYPE kmirror_mirror_buffered_bytes gauge
 kmirror_mirror_buffered_bytes{mirror="down"} 0
 kmirror_mirror_buffered_bytes{mirror="dr"} 4096
+# HELP kmirror_mirror_fetch_requests_total Fetch requests the mirror's fetch loops sent to source brokers (KIP-1279 RequestsPerSec).
+# TYPE kmirror_mirror_fetch_requests_total counter
+kmirror_mirror_fetch_requests_total{mirror="down"} 0
+kmirror_mirror_fetch_requests_total{mirror="dr"} 40
+# HELP kmirror_mirror_fetch_errors_total Fetch requests of the mirror that failed (transport or request-level error).
+# TYPE kmirror_mirror_fetch_errors_total counter
+kmirror_mirror_fetch_errors_total{mirror="down"} 0
+kmirror_mirror_fetch_errors_total{mirror="dr"} 3
+# HELP kmirror_mirror_fetched_bytes_total Record batch bytes the mirror fetched from the source (KIP-1279 BytesPerSec, before writing).
+# TYPE kmirror_mirror_fetched_bytes_total counter
+kmirror_mirror_fetched_bytes_total{mirror="down"} 0
+kmirror_mirror_fetched_bytes_total{mirror="dr"} 123456
+# HELP kmirror_mirror_dead_fetchers Source broker fetch loops of the mirror whose last fetch failed; they retry with backoff (KIP-1279 DeadThreadCount).
+# TYPE kmirror_mirror_dead_fetchers gauge
+kmirror_mirror_dead_fetchers{mirror="down"} 0
+kmirror_mirror_dead_fetchers{mirror="dr"} 1
+# HELP kmirror_mirror_throttle_rate_bytes_per_second Ceiling of the mirror's replication throttle in bytes per second, 0 without one (KIP-1279 mirror.replication.throttled.rate).
+# TYPE kmirror_mirror_throttle_rate_bytes_per_second gauge
+kmirror_mirror_throttle_rate_bytes_per_second{mirror="down"} 0
+kmirror_mirror_throttle_rate_bytes_per_second{mirror="dr"} 1.048576e+06
+# HELP kmirror_mirror_throttled_seconds_total Time the mirror's throttle held its throttled partitions back.
+# TYPE kmirror_mirror_throttled_seconds_total counter
+kmirror_mirror_throttled_seconds_total{mirror="down"} 0
+kmirror_mirror_throttled_seconds_total{mirror="dr"} 2.5
 `
 	names := []string{
 		"kmirror_failed_partitions", "kmirror_lost_records_total", "kmirror_mirror_error", "kmirror_mirror_max_lag_records",
 		"kmirror_mirrored_bytes_total", "kmirror_mirrored_records_total", "kmirror_partition_lag_records",
 		"kmirror_partition_lag_seconds", "kmirror_partition_retries_total", "kmirror_partitions", "kmirror_topic_error",
 		"kmirror_mirror_buffered_bytes",
+		"kmirror_mirror_fetch_requests_total", "kmirror_mirror_fetch_errors_total", "kmirror_mirror_fetched_bytes_total",
+		"kmirror_mirror_dead_fetchers", "kmirror_mirror_throttle_rate_bytes_per_second", "kmirror_mirror_throttled_seconds_total",
 	}
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), names...); err != nil {
 		t.Error(err)

@@ -12,20 +12,27 @@
 //	<State>PartitionState       kmirror_partitions{mirror,state}
 //	BytesPerSec                 rate(kmirror_mirrored_bytes_total[…]) (per partition; sum by mirror)
 //	(records per second)        rate(kmirror_mirrored_records_total[…])
-//	RequestsPerSec (fetcher)    rate(kmirror_fetch_requests_total[…]) (whole agent)
+//	RequestsPerSec (fetcher)    rate(kmirror_mirror_fetch_requests_total[…]) per mirror,
+//	                            rate(kmirror_fetch_requests_total[…]) whole agent
+//	MinFetchRate                min by (mirror) (rate(kmirror_mirror_fetch_requests_total[…]))
+//	(fetched bytes per second)  rate(kmirror_mirror_fetched_bytes_total[…])
+//	DeadThreadCount             kmirror_mirror_dead_fetchers{mirror}: source broker fetch
+//	                            loops whose last fetch failed (they retry with backoff
+//	                            rather than die)
+//	byte-rate (MirrorReplication) kmirror_mirror_throttle_rate_bytes_per_second{mirror}
+//	                            (the throttle's ceiling, 0 without one) and
+//	                            kmirror_mirror_throttled_seconds_total{mirror}
 //
 // Counters come from cumulative describe figures: they restart from zero
 // when a partition's mirror restarts (agent restart, topic re-added), which
-// rate() and increase() treat as a counter reset.
+// rate() and increase() treat as a counter reset. The per-mirror fetch
+// counters restart with the agent.
 //
-// Not exposed because the agent does not track them yet: MinFetchRate and
-// fetch requests per mirror or source broker (the fetch counters are
-// agent-wide), DeadThreadCount (fetch loops retry forever rather than die;
-// kmirror_mirror_error shows a mirror that does not run), per-kind sync error
-// counters (kmirror_topic_error shows topics whose sync currently fails), and
-// the destination-side throttled rate (the agent has no replication throttle;
-// kmirror_fetch_throttle_seconds_total is the source brokers' quota
-// throttling).
+// Not exposed because the agent does not track them yet: fetch figures per
+// source broker, and per-kind sync error counters (kmirror_topic_error shows
+// topics whose sync currently fails). kmirror_fetch_throttle_seconds_total is
+// the source brokers' own quota throttling (such as a source_quota of a
+// throttle), agent-wide.
 package metrics
 
 import (
@@ -83,6 +90,19 @@ var (
 	descTopicError = prometheus.NewDesc("kmirror_topic_error",
 		"1 while the topic is not mirrored because of an error (creation, config sync, preflight), else 0.", []string{"mirror", "topic"}, nil)
 
+	descMirrorFetchRequests = prometheus.NewDesc("kmirror_mirror_fetch_requests_total",
+		"Fetch requests the mirror's fetch loops sent to source brokers (KIP-1279 RequestsPerSec).", []string{"mirror"}, nil)
+	descMirrorFetchErrors = prometheus.NewDesc("kmirror_mirror_fetch_errors_total",
+		"Fetch requests of the mirror that failed (transport or request-level error).", []string{"mirror"}, nil)
+	descMirrorFetchedBytes = prometheus.NewDesc("kmirror_mirror_fetched_bytes_total",
+		"Record batch bytes the mirror fetched from the source (KIP-1279 BytesPerSec, before writing).", []string{"mirror"}, nil)
+	descDeadFetchers = prometheus.NewDesc("kmirror_mirror_dead_fetchers",
+		"Source broker fetch loops of the mirror whose last fetch failed; they retry with backoff (KIP-1279 DeadThreadCount).", []string{"mirror"}, nil)
+	descThrottleRate = prometheus.NewDesc("kmirror_mirror_throttle_rate_bytes_per_second",
+		"Ceiling of the mirror's replication throttle in bytes per second, 0 without one (KIP-1279 mirror.replication.throttled.rate).", []string{"mirror"}, nil)
+	descThrottled = prometheus.NewDesc("kmirror_mirror_throttled_seconds_total",
+		"Time the mirror's throttle held its throttled partitions back.", []string{"mirror"}, nil)
+
 	descFetchRequests = prometheus.NewDesc("kmirror_fetch_requests_total",
 		"Fetch requests the agent's fetch loops sent to source brokers, all mirrors.", nil, nil)
 	descFetchErrors = prometheus.NewDesc("kmirror_fetch_errors_total",
@@ -109,6 +129,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		descLag, descLagSeconds, descBytes, descRecords, descLost, descRetries,
 		descMaxLag, descFailed, descStates, descBuffered, descMirrorError, descTopicError,
 		descFetchRequests, descFetchErrors, descFetchThrottle,
+		descMirrorFetchRequests, descMirrorFetchErrors, descMirrorFetchedBytes, descDeadFetchers, descThrottleRate, descThrottled,
 	} {
 		ch <- d
 	}
@@ -140,6 +161,19 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		gauge(descBuffered, float64(m.BufferedBytes))
+		counter := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, m.Name)
+		}
+		counter(descMirrorFetchRequests, float64(m.Fetch.Requests))
+		counter(descMirrorFetchErrors, float64(m.Fetch.Errors))
+		counter(descMirrorFetchedBytes, float64(m.Fetch.Bytes))
+		gauge(descDeadFetchers, float64(m.Fetch.DeadFetchers))
+		var rate float64
+		if m.Throttle != nil {
+			rate = float64(m.Throttle.RateBytesPerSecond)
+		}
+		gauge(descThrottleRate, rate)
+		counter(descThrottled, float64(m.Fetch.ThrottledMillis)/1000)
 		gauge(descMirrorError, b2f(m.Error != ""))
 		for _, t := range m.Topics {
 			gauge(descTopicError, b2f(t.Error != ""), t.Name)

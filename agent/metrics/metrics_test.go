@@ -196,6 +196,26 @@ func TestScrapeCoordinator(t *testing.T) {
 	if n, _ := s.value("kmirror_fetch_requests_total", nil); n < 1 {
 		t.Errorf("kmirror_fetch_requests_total = %v after mirroring", n)
 	}
+	if n, _ := s.value("kmirror_mirror_fetch_requests_total", mirror); n < 1 || float64(m.Fetch.Requests) < n {
+		t.Errorf("kmirror_mirror_fetch_requests_total = %v after mirroring; describe says %d later", n, m.Fetch.Requests)
+	}
+	if n, _ := s.value("kmirror_mirror_fetched_bytes_total", mirror); n < 1 {
+		t.Errorf("kmirror_mirror_fetched_bytes_total = %v after mirroring", n)
+	}
+	check("kmirror_mirror_dead_fetchers", mirror, 0)
+	check("kmirror_mirror_throttle_rate_bytes_per_second", mirror, 0)
+
+	// A throttle shows its ceiling at once, and 0 again once removed.
+	if err := co.SetThrottle(ctx, "dr", mirrorapi.Throttle{RateBytesPerSecond: 250000}); err != nil {
+		t.Fatal(err)
+	}
+	s = scrapeURL(t, url)
+	check("kmirror_mirror_throttle_rate_bytes_per_second", mirror, 250000)
+	if err := co.RemoveThrottle(ctx, "dr"); err != nil {
+		t.Fatal(err)
+	}
+	s = scrapeURL(t, url)
+	check("kmirror_mirror_throttle_rate_bytes_per_second", mirror, 0)
 
 	// A paused topic moves between the state series.
 	if err := co.PauseTopics(ctx, "dr", []string{"orders"}); err != nil {

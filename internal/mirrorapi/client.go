@@ -142,6 +142,29 @@ func (c *Client) Offsets(ctx context.Context, name, topic string) (OffsetsRespon
 	return out, err
 }
 
+// Throttle returns mirror name's throttle (GET
+// /v1/mirrors/{name}/throttle); an APIError with CodeThrottleNotFound when
+// it has none.
+func (c *Client) Throttle(ctx context.Context, name string) (Throttle, error) {
+	var out Throttle
+	err := c.do(ctx, http.MethodGet, mirrorPath(name)+"/throttle", nil, &out)
+	return out, err
+}
+
+// SetThrottle sets or replaces mirror name's throttle (PUT
+// /v1/mirrors/{name}/throttle); it takes effect at once.
+func (c *Client) SetThrottle(ctx context.Context, name string, t Throttle) (Throttle, error) {
+	var out Throttle
+	err := c.do(ctx, http.MethodPut, mirrorPath(name)+"/throttle", t, &out)
+	return out, err
+}
+
+// RemoveThrottle lifts mirror name's throttle and its source quota (DELETE
+// /v1/mirrors/{name}/throttle); a mirror without one is not an error.
+func (c *Client) RemoveThrottle(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, mirrorPath(name)+"/throttle", nil, nil)
+}
+
 // OpenAPI returns the agent's OpenAPI document (GET /v1/openapi.json).
 func (c *Client) OpenAPI(ctx context.Context) (json.RawMessage, error) {
 	var out json.RawMessage

@@ -41,6 +41,10 @@ type Mirror struct {
 	StateCounts map[State]int `json:"state_counts"`
 	// BufferedBytes is what the fetchers hold, not yet written.
 	BufferedBytes int64 `json:"buffered_bytes"`
+	// Throttle is the mirror's replication throttle, nil when it has none.
+	Throttle *Throttle `json:"throttle,omitempty"`
+	// Fetch are the mirror's fetch figures.
+	Fetch FetchStats `json:"fetch"`
 }
 
 // Topic is one mirror topic.
@@ -167,6 +171,7 @@ const (
 	CodeInvalidRequest       = "INVALID_REQUEST" // malformed JSON, unknown fields, wrong types, bad parameters
 	CodeInvalidConfig        = "INVALID_CONFIG"  // a well-formed spec with a value the agent refuses
 	CodeMirrorNotFound       = "MIRROR_NOT_FOUND"
+	CodeThrottleNotFound     = "THROTTLE_NOT_FOUND" // the mirror has no throttle
 	CodeMirrorAlreadyExists  = "MIRROR_ALREADY_EXISTS"
 	CodeMirrorHasTopics      = "MIRROR_HAS_TOPICS"
 	CodeTopicAlreadyMirrored = "TOPIC_ALREADY_MIRRORED"
@@ -178,3 +183,39 @@ const (
 	CodeNotFound               = "NOT_FOUND"                    // no such route
 	CodeInternal               = "UNKNOWN_SERVER_ERROR"
 )
+
+// Throttle is a mirror's replication throttle: the body of PUT
+// /v1/mirrors/{name}/throttle and the answer of GET (KIP-1279's
+// mirror.replication.throttled.rate and mirror.replication.throttled.replicas,
+// plus the source-side consumer_byte_rate quota of its source-throttle
+// example).
+type Throttle struct {
+	// RateBytesPerSecond is the ceiling on the bytes the agent fetches
+	// for the throttled partitions, together.
+	RateBytesPerSecond int64 `json:"rate_bytes_per_second"`
+	// Partitions lists the throttled partitions as "topic:partition", or
+	// is ["*"] for every partition of the mirror; empty means ["*"].
+	Partitions []string `json:"partitions"`
+	// SourceQuota also sets consumer_byte_rate = RateBytesPerSecond on the
+	// source cluster for the agent's client id of this mirror
+	// (SourceQuotaClientID), removed with the throttle.
+	SourceQuota bool `json:"source_quota"`
+}
+
+// SourceQuotaClientID is the client id the agent's source clients of mirror
+// use, which a source quota names.
+func SourceQuotaClientID(mirror string) string { return "kmirror-" + mirror }
+
+// FetchStats are a mirror's fetch figures since the agent started.
+type FetchStats struct {
+	Requests int64 `json:"requests"`
+	Errors   int64 `json:"errors"`
+	// Bytes is the record batch bytes fetched from the source.
+	Bytes int64 `json:"bytes"`
+	// DeadFetchers counts the source broker fetch loops whose last fetch
+	// failed (they retry with backoff).
+	DeadFetchers int64 `json:"dead_fetchers"`
+	// ThrottledMillis is how long the mirror's throttle held its
+	// throttled partitions back.
+	ThrottledMillis int64 `json:"throttled_ms"`
+}

@@ -37,6 +37,8 @@ func (fixtureBackend) Describe() []coordinator.MirrorStatus {
 	}
 	return []coordinator.MirrorStatus{
 		{Name: "dr", Source: mirrorapi.Source{BootstrapServers: []string{"src-1:9092", "src-2:9092"}}, MaxLag: 10,
+			Throttle:    &mirrorapi.Throttle{RateBytesPerSecond: 1 << 20, Partitions: []string{"foo:1"}},
+			Fetch:       mirrorapi.FetchStats{Requests: 120, Bytes: 27300, ThrottledMillis: 1500},
 			StateCounts: map[mirrorapi.State]int{mirrorapi.StateMirroring: 2, mirrorapi.StateFailed: 1},
 			Topics: []mirrorapi.Topic{
 				{Name: "foo", Partitions: []mirrorapi.Partition{

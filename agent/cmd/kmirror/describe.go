@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -90,6 +91,9 @@ func writeTable(w io.Writer, ms []mirrorapi.Mirror) error {
 	for _, m := range ms {
 		if m.Error != "" {
 			notes = append(notes, fmt.Sprintf("mirror %s: %s", m.Name, m.Error))
+		}
+		if t := m.Throttle; t != nil {
+			notes = append(notes, fmt.Sprintf("mirror %s: throttled to %d bytes/s (%s) on %s", m.Name, t.RateBytesPerSecond, humanRate(t.RateBytesPerSecond), strings.Join(t.Partitions, " ")))
 		}
 		for _, t := range m.Topics {
 			if t.Error != "" {

@@ -1,0 +1,222 @@
+package coordinator
+
+// Mirror throttles (KIP-1279's mirror.replication.throttled.rate and
+// .replicas): a byte-rate ceiling over some or all partitions of a mirror,
+// enforced by its fetchers (fetcher.Throttle) and changed live. A throttle
+// is kept in the state topic under its own key, throttle/MIRROR, so that
+// updates of the mirror's spec leave it alone and a restarted agent applies
+// it again. With source_quota it also sets consumer_byte_rate on the source
+// for the mirror's client id, the KIP's source-throttle example.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kmirror/kmirror/agent/fetcher"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
+)
+
+// ErrThrottleNotFound is returned for a mirror without a throttle.
+var ErrThrottleNotFound = errors.New("mirror has no throttle")
+
+func throttleKey(m string) string { return "throttle/" + m }
+
+// sourceQuotaKey is the quota entity of a source quota.
+const sourceQuotaKey = "consumer_byte_rate"
+
+// sourceQuotaTimeout bounds a change of the source quota.
+const sourceQuotaTimeout = 15 * time.Second
+
+// Throttle returns mirror name's throttle; ErrMirrorNotFound or
+// ErrThrottleNotFound when there is none.
+func (c *Coordinator) Throttle(name string) (mirrorapi.Throttle, error) {
+	if _, ok, err := c.record(name); err != nil {
+		return mirrorapi.Throttle{}, err
+	} else if !ok {
+		return mirrorapi.Throttle{}, fmt.Errorf("mirror %q: %w", name, ErrMirrorNotFound)
+	}
+	var t mirrorapi.Throttle
+	if !c.getJSON(throttleKey(name), &t) {
+		return mirrorapi.Throttle{}, fmt.Errorf("mirror %q: %w", name, ErrThrottleNotFound)
+	}
+	return t, nil
+}
+
+// SetThrottle sets or replaces mirror name's throttle. It takes effect at
+// the mirror's next fetch. The source quota is changed first and the
+// throttle persisted last, so that a failure leaves everything as it was.
+func (c *Coordinator) SetThrottle(ctx context.Context, name string, t mirrorapi.Throttle) error {
+	adminMu.Lock()
+	defer adminMu.Unlock()
+	if err := t.Validate(); err != nil {
+		return &InvalidSpecError{Err: err}
+	}
+	t = t.Normalized()
+	rec, ok, err := c.record(name)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("mirror %q: %w", name, ErrMirrorNotFound)
+	}
+	var old mirrorapi.Throttle
+	hadQuota := c.getJSON(throttleKey(name), &old) && old.SourceQuota
+	switch {
+	case t.SourceQuota && (!hadQuota || old.RateBytesPerSecond != t.RateBytesPerSecond):
+		if err := c.setSourceQuota(ctx, rec.Spec, t.RateBytesPerSecond); err != nil {
+			return err
+		}
+	case !t.SourceQuota && hadQuota:
+		if err := c.setSourceQuota(ctx, rec.Spec, 0); err != nil {
+			return err
+		}
+	}
+	if err := c.putJSON(ctx, throttleKey(name), t); err != nil {
+		return fmt.Errorf("saving the throttle of mirror %q: %w", name, err)
+	}
+	c.applyThrottle(name, &t)
+	c.log.Info("mirror throttle set", "mirror", name, "rate_bytes_per_second", t.RateBytesPerSecond, "partitions", t.Partitions, "source_quota", t.SourceQuota)
+	return nil
+}
+
+// RemoveThrottle lifts mirror name's throttle and its source quota; a
+// mirror without a throttle is left as it is.
+func (c *Coordinator) RemoveThrottle(ctx context.Context, name string) error {
+	adminMu.Lock()
+	defer adminMu.Unlock()
+	rec, ok, err := c.record(name)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("mirror %q: %w", name, ErrMirrorNotFound)
+	}
+	var old mirrorapi.Throttle
+	if !c.getJSON(throttleKey(name), &old) {
+		return nil
+	}
+	if old.SourceQuota {
+		if err := c.setSourceQuota(ctx, rec.Spec, 0); err != nil {
+			return err
+		}
+	}
+	if err := c.store.Put(ctx, throttleKey(name), nil); err != nil {
+		return fmt.Errorf("removing the throttle of mirror %q: %w", name, err)
+	}
+	c.applyThrottle(name, nil)
+	c.log.Info("mirror throttle removed", "mirror", name)
+	return nil
+}
+
+// applyThrottle makes mirror name's fetchers follow t (nil: no throttle).
+func (c *Coordinator) applyThrottle(name string, t *mirrorapi.Throttle) {
+	c.mu.Lock()
+	m, ok := c.mirrors[name]
+	c.mu.Unlock()
+	if ok {
+		m.setThrottle(t)
+	}
+}
+
+// setThrottle makes the mirror's fetchers follow t (nil: no throttle).
+func (m *mirror) setThrottle(t *mirrorapi.Throttle) {
+	m.mu.Lock()
+	if t == nil {
+		m.throttleSpec = nil
+	} else {
+		cp := *t
+		cp.Partitions = slices.Clone(t.Partitions)
+		m.throttleSpec = &cp
+	}
+	m.mu.Unlock()
+	if t == nil {
+		m.throttle.Set(0, false, nil)
+		return
+	}
+	var all bool
+	var tps []fetcher.TP
+	for _, p := range t.Partitions {
+		topic, part, isAll, err := mirrorapi.ParseThrottlePartition(p)
+		if err != nil {
+			continue // validated before it was persisted
+		}
+		all = all || isAll
+		tps = append(tps, fetcher.TP{Topic: topic, Partition: part})
+	}
+	m.throttle.Set(t.RateBytesPerSecond, all || len(t.Partitions) == 0, tps)
+}
+
+// setSourceQuota sets consumer_byte_rate for the mirror's client id on its
+// source to rate, or removes it when rate is 0, through a client of its own:
+// the mirror may not be connected (or running) when this is called.
+func (c *Coordinator) setSourceQuota(ctx context.Context, spec MirrorSpec, rate int64) error {
+	ctx, cancel := context.WithTimeout(ctx, sourceQuotaTimeout)
+	defer cancel()
+	what := "setting"
+	if rate == 0 {
+		what = "removing"
+	}
+	clientID := mirrorapi.SourceQuotaClientID(spec.Name)
+	fail := func(err error) error {
+		return fmt.Errorf("source_quota: %s %s for client id %q on the source: %w", what, sourceQuotaKey, clientID, err)
+	}
+	cl, err := kgo.NewClient(c.sourceOpts(spec)...)
+	if err != nil {
+		return fail(err)
+	}
+	defer cl.Close()
+	op := kadm.AlterClientQuotaOp{Key: sourceQuotaKey, Value: float64(rate), Remove: rate == 0}
+	resp, err := kadm.NewClient(cl).AlterClientQuotas(ctx, []kadm.AlterClientQuotaEntry{{
+		Entity: []kadm.ClientQuotaEntityComponent{{Type: "client-id", Name: &clientID}},
+		Ops:    []kadm.AlterClientQuotaOp{op},
+	}})
+	if err != nil {
+		return fail(err)
+	}
+	for _, r := range resp {
+		if r.Err != nil {
+			if r.ErrMessage != "" {
+				return fail(fmt.Errorf("%w: %s", r.Err, r.ErrMessage))
+			}
+			return fail(r.Err)
+		}
+	}
+	return nil
+}
+
+// sourceOpts are the options of every source client of a mirror: its
+// connection, and the client id its source quota names.
+func (c *Coordinator) sourceOpts(spec MirrorSpec) []kgo.Opt {
+	opts := c.cfg.SourceOpts(spec.Source)
+	return append(opts[:len(opts):len(opts)], kgo.ClientID(mirrorapi.SourceQuotaClientID(spec.Name)))
+}
+
+// throttleStatus is what describe shows of the mirror's throttle and
+// fetches; m.mu must be held.
+func (m *mirror) throttleStatusLocked(st *MirrorStatus) {
+	if m.throttleSpec != nil {
+		t := *m.throttleSpec
+		t.Partitions = slices.Clone(t.Partitions)
+		st.Throttle = &t
+		// A partition of a topic the mirror does not have (yet) is
+		// allowed, as it may be added later, but likely a typo.
+		for _, p := range t.Partitions {
+			if topic, _, all, err := mirrorapi.ParseThrottlePartition(p); err == nil && !all && !slices.Contains(m.spec.Topics, topic) {
+				st.Warnings = append(st.Warnings, fmt.Sprintf("throttle: partition %s: the mirror has no topic %q; nothing is throttled there until it does", p, topic))
+			}
+		}
+	}
+	st.Fetch = mirrorapi.FetchStats{
+		Requests:        m.counters.Requests.Load(),
+		Errors:          m.counters.Errors.Load(),
+		Bytes:           m.counters.Bytes.Load(),
+		DeadFetchers:    m.counters.Failing.Load(),
+		ThrottledMillis: m.throttle.ThrottledTime().Milliseconds(),
+	}
+}
