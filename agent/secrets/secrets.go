@@ -38,8 +38,10 @@ const SealedPrefix = "kmirror-sealed:v1:"
 const KeySize = 32
 
 var (
-	envRef  = regexp.MustCompile(`^\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}$`)
-	fileRef = regexp.MustCompile(`^\$\{file:(.+):([^:{}]+)\}$`)
+	envRef = regexp.MustCompile(`^\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}$`)
+	// As Kafka's ConfigTransformer: the path ends at the first colon,
+	// the key may hold more.
+	fileRef = regexp.MustCompile(`^\$\{file:([^:{}]+):([^{}]+)\}$`)
 )
 
 // IsReference says whether v is an ${env:NAME} or ${file:PATH:KEY}

@@ -75,7 +75,7 @@ func runCreate(ctx context.Context, args []string) error {
 		return usageError("--source-bootstrap HOST:PORT,... is required")
 	}
 	spec := mirrorapi.MirrorSpec{Name: *mirror, Source: mirrorapi.Source{BootstrapServers: splitList(*bootstrap)}, Topics: topics, TopicConfigExclude: exclude}
-	if _, err := mirrorapi.NewClient(*addr, *token).Create(ctx, spec); err != nil {
+	if _, err := newClient(*addr, *token).Create(ctx, spec); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "Created mirror %s with %d topic(s): [%s]\n", *mirror, len(topics), strings.Join(topics, " "))
@@ -96,7 +96,7 @@ func runUpdate(ctx context.Context, args []string) error {
 	if *bootstrap == "" && len(topics) == 0 && len(exclude) == 0 {
 		return usageError("nothing to change: give --source-bootstrap, --topic or --topic-config-exclude")
 	}
-	cl := mirrorapi.NewClient(*addr, *token)
+	cl := newClient(*addr, *token)
 	spec := mirrorapi.MirrorSpec{Source: mirrorapi.Source{BootstrapServers: splitList(*bootstrap)}, TopicConfigExclude: exclude}
 	if len(topics) > 0 {
 		// PUT takes the whole topic list: the current one plus the new.
@@ -128,7 +128,7 @@ func runAdd(ctx context.Context, args []string) error {
 	if len(topics) == 0 {
 		return usageError("--topic TOPIC is required (repeatable)")
 	}
-	if _, err := mirrorapi.NewClient(*addr, *token).AddTopics(ctx, *mirror, topics); err != nil {
+	if _, err := newClient(*addr, *token).AddTopics(ctx, *mirror, topics); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "Added %d topic(s) to mirror %s: [%s]\n", len(topics), *mirror, strings.Join(topics, " "))
@@ -143,7 +143,7 @@ func runDelete(ctx context.Context, args []string) error {
 	if err := parse(fs, args, mirror); err != nil {
 		return err
 	}
-	err := mirrorapi.NewClient(*addr, *token).Delete(ctx, *mirror, *force)
+	err := newClient(*addr, *token).Delete(ctx, *mirror, *force)
 	if mirrorapi.IsCode(err, mirrorapi.CodeMirrorHasTopics) {
 		return fmt.Errorf("%w\n(add --force to delete it anyway; destination topics and data stay)", err)
 	}
