@@ -369,3 +369,67 @@ func TestAgentTLSMirror(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCLICreateSecuredSource: `kmirror create` with the source's SASL and
+// TLS flags, the password from a file and as a reference, through the
+// HTTPS agent; both mirrors connect, and describe shows the literal
+// password redacted and the reference as written.
+func TestCLICreateSecuredSource(t *testing.T) {
+	a := startTLSAgent(t)
+	t.Setenv("KMIRROR_CA_CERT", a.caFile)
+	t.Setenv("KMIRROR_CLIENT_CERT", a.certFile)
+	t.Setenv("KMIRROR_CLIENT_KEY", a.keyFile)
+	t.Setenv("KMIRROR_TEST_SRC_PASSWORD", a.srcPass)
+	srcCA := filepath.Join(a.dir, "src-ca.pem")
+	pwFile := filepath.Join(a.dir, "src-password")
+	if err := os.WriteFile(srcCA, a.src.CACertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pwFile, []byte(a.srcPass+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"--agent", a.base, "--token", tlsToken, "--source-bootstrap", a.src.BootstrapString(),
+		"--source-sasl-mechanism", "SCRAM-SHA-256", "--source-sasl-username", "reader", "--source-ca-cert", srcCA}
+	if out, err := capture(t, runCreate, append(common, "--mirror", "from-file", "--topic", "orders", "--source-sasl-password-file", pwFile)...); err != nil {
+		t.Fatalf("create with --source-sasl-password-file: %v %s", err, out)
+	}
+	if out, err := capture(t, runCreate, append(common, "--mirror", "from-env", "--topic", "events", "--source-sasl-password", "${env:KMIRROR_TEST_SRC_PASSWORD}")...); err != nil {
+		t.Fatalf("create with a reference: %v %s", err, out)
+	}
+	_, err := capture(t, runCreate, append(common, "--mirror", "bad", "--topic", "logs", "--source-security-protocol", "PLAINTEXT", "--source-sasl-password", "${env:X}")...)
+	if !mirrorapi.IsCode(err, mirrorapi.CodeInvalidConfig) || !strings.Contains(err.Error(), "source.sasl: security_protocol PLAINTEXT does not authenticate with SASL") {
+		t.Errorf("create with SASL over PLAINTEXT: %v", err)
+	}
+	cl := a.client(t)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ms, err := cl.Describe(context.Background())
+		running := 0
+		for _, m := range ms {
+			if m.Error == "" && m.StateCounts[mirrorapi.StateMirroring] > 0 {
+				running++
+			}
+			switch m.Name {
+			case "from-file":
+				if m.Source.SASL == nil || m.Source.SASL.Password != mirrorapi.Redacted {
+					t.Fatalf("from-file shows the password as %+v", m.Source.SASL)
+				}
+			case "from-env":
+				if m.Source.SASL == nil || m.Source.SASL.Password != "${env:KMIRROR_TEST_SRC_PASSWORD}" {
+					t.Fatalf("from-env shows the password as %+v", m.Source.SASL)
+				}
+			}
+		}
+		if running == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mirrors not running: %+v %v", ms, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	out, err := capture(t, runDescribe, "--agent", a.base, "--token", tlsToken, "--output", "json")
+	if err != nil || strings.Contains(out, a.srcPass) || !strings.Contains(out, mirrorapi.Redacted) {
+		t.Errorf("kmirror describe --output json: %v, holds the password: %v", err, strings.Contains(out, a.srcPass))
+	}
+}
