@@ -39,6 +39,9 @@ type secureEnv struct {
 	caPEM  string // of the agent's certificate
 	cl     *mirrorapi.Client
 	reader string // the source user's password
+	co     *coordinator.Coordinator
+	ca     *certs.CA
+	cert   tls.Certificate // the agent's
 }
 
 func newSecureEnv(t *testing.T) *secureEnv {
@@ -75,7 +78,7 @@ func newSecureEnv(t *testing.T) *secureEnv {
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	e.url, e.caPEM = srv.URL, string(ca.CertPEM())
+	e.url, e.caPEM, e.co, e.ca, e.cert = srv.URL, string(ca.CertPEM()), co, ca, cert
 	e.cl = mirrorapi.NewClient(srv.URL, accToken)
 	if err := e.cl.SetTLS(mirrorapi.ClientTLS{CAPEM: ca.CertPEM()}); err != nil {
 		t.Fatal(err)
@@ -299,6 +302,50 @@ data "kafka_cluster_mirrors" "all" {}
 			},
 			{
 				Config: cfg("insecure_skip_verify = true"),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue("data.kafka_cluster_mirrors.all", tfjsonpath.New("mirrors"), knownvalue.ListSizeExact(0)),
+				},
+			},
+		},
+	})
+}
+
+// TestAccProvider_clientCertificate: an agent that requires client
+// certificates refuses the provider without client_cert_pem and
+// client_key_pem, and answers with them.
+func TestAccProvider_clientCertificate(t *testing.T) {
+	e := newSecureEnv(t)
+	srv := httptest.NewUnstartedServer(api.Handler(e.co, api.Options{Tokens: []string{accToken}, RequireClientCert: true}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{e.cert}, ClientCAs: e.ca.Pool(), ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	client, err := e.ca.Client("terraform")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := func(settings string) string {
+		return fmt.Sprintf(`
+terraform {
+  required_providers {
+    kafka = { source = "kmirror/kafka" }
+  }
+}
+provider "kafka" {
+  agent_url   = %q
+  token       = %q
+  ca_cert_pem = %q
+  %s
+}
+data "kafka_cluster_mirrors" "all" {}
+`, srv.URL, accToken, e.caPEM, settings)
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: accFactories,
+		Steps: []resource.TestStep{
+			{Config: cfg(""), ExpectError: regexp.MustCompile(`(?s)refused the token.*client_cert_pem`)},
+			{Config: cfg(fmt.Sprintf("client_cert_pem = %q", client.CertPEM)), ExpectError: regexp.MustCompile(`Incomplete client certificate`)},
+			{
+				Config: cfg(fmt.Sprintf("client_cert_pem = %q\n  client_key_pem = %q", client.CertPEM, client.KeyPEM)),
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownValue("data.kafka_cluster_mirrors.all", tfjsonpath.New("mirrors"), knownvalue.ListSizeExact(0)),
 				},
