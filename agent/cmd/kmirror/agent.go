@@ -92,7 +92,6 @@ func runAgent(ctx context.Context, args []string) error {
 			return fmt.Errorf("secret_key_file: %w", err)
 		}
 	}
-
 	if cfg.Destination == nil || len(cfg.Destination.BootstrapServers) == 0 {
 		return errors.New("no destination cluster: pass --destination-bootstrap HOST:PORT or add a destination block to --config")
 	}
