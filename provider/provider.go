@@ -5,8 +5,6 @@ package provider
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
@@ -53,6 +51,8 @@ type providerModel struct {
 	Token              types.String `tfsdk:"token"`
 	CACertPEM          types.String `tfsdk:"ca_cert_pem"`
 	InsecureSkipVerify types.Bool   `tfsdk:"insecure_skip_verify"`
+	ClientCertPEM      types.String `tfsdk:"client_cert_pem"`
+	ClientKeyPEM       types.String `tfsdk:"client_key_pem"`
 }
 
 func (p *kafkaProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
@@ -85,6 +85,16 @@ func (p *kafkaProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp
 				Optional:    true,
 				Description: "Skip verifying the agent's TLS certificate. For tests only. Default `false`.",
 			},
+			"client_cert_pem": schema.StringAttribute{
+				Optional: true,
+				Description: "PEM-encoded client certificate to present to an agent started with `client_ca_file`, " +
+					"with `client_key_pem`.",
+			},
+			"client_key_pem": schema.StringAttribute{
+				Optional:    true,
+				Sensitive:   true,
+				Description: "PEM-encoded private key of `client_cert_pem`. Provider settings are not kept in the state.",
+			},
 		},
 	}
 }
@@ -104,6 +114,7 @@ func (p *kafkaProvider) Configure(ctx context.Context, req provider.ConfigureReq
 	// resources say so if they need the agent before then.
 	for name, v := range map[string]interface{ IsUnknown() bool }{
 		"agent_url": cfg.AgentURL, "token": cfg.Token, "ca_cert_pem": cfg.CACertPEM, "insecure_skip_verify": cfg.InsecureSkipVerify,
+		"client_cert_pem": cfg.ClientCertPEM, "client_key_pem": cfg.ClientKeyPEM,
 	} {
 		if v.IsUnknown() {
 			tflog.Debug(ctx, "provider configuration not known yet", map[string]any{"attribute": name})
@@ -151,23 +162,30 @@ func newClient(cfg providerModel, getenv func(string) string) (*mirrorapi.Client
 			fmt.Sprintf("%q is not an http:// or https:// URL with a host (from %s).", addr, sourceOf(cfg.AgentURL, EnvAddr)))
 		return nil, diags
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.InsecureSkipVerify.ValueBool()} //nolint:gosec // the user asked for it
-	if pem := cfg.CACertPEM.ValueString(); pem != "" {
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM([]byte(pem)) {
-			diags.AddAttributeError(path.Root("ca_cert_pem"), "Invalid CA certificate",
-				"ca_cert_pem holds no PEM-encoded certificate (expected one or more -----BEGIN CERTIFICATE----- blocks).")
-			return nil, diags
-		}
-		tr.TLSClientConfig.RootCAs = pool
-	}
 	if u.Scheme == "http" && token != "" && !isLoopback(u.Hostname()) {
 		diags.AddAttributeWarning(path.Root("agent_url"), "Token sent in clear text",
 			fmt.Sprintf("agent_url %q uses http:// to a non-loopback host, so the bearer token crosses the network unencrypted. Serve the agent over https.", addr))
 	}
+	if cfg.ClientCertPEM.IsNull() != cfg.ClientKeyPEM.IsNull() {
+		diags.AddAttributeError(path.Root("client_cert_pem"), "Incomplete client certificate",
+			"Give client_cert_pem and client_key_pem together (the certificate and its private key), or neither.")
+		return nil, diags
+	}
 	c := mirrorapi.NewClient(addr, token)
-	c.HTTP = &http.Client{Timeout: 30 * time.Second, Transport: tr}
+	err = c.SetTLS(mirrorapi.ClientTLS{
+		CAPEM: []byte(cfg.CACertPEM.ValueString()), InsecureSkipVerify: cfg.InsecureSkipVerify.ValueBool(),
+		CertPEM: []byte(cfg.ClientCertPEM.ValueString()), KeyPEM: []byte(cfg.ClientKeyPEM.ValueString()),
+	})
+	switch {
+	case errors.Is(err, mirrorapi.ErrNoCACert):
+		diags.AddAttributeError(path.Root("ca_cert_pem"), "Invalid CA certificate",
+			"ca_cert_pem holds no PEM-encoded certificate (expected one or more -----BEGIN CERTIFICATE----- blocks).")
+		return nil, diags
+	case err != nil:
+		diags.AddAttributeError(path.Root("client_cert_pem"), "Invalid client certificate",
+			fmt.Sprintf("client_cert_pem and client_key_pem do not form a certificate and its key: %v", errors.Unwrap(err)))
+		return nil, diags
+	}
 	return c, diags
 }
 
@@ -224,7 +242,8 @@ func addAgentError(diags *diag.Diagnostics, c *mirrorapi.Client, summary string,
 	switch {
 	case errors.As(err, &apiErr) && apiErr.Status == http.StatusUnauthorized:
 		diags.AddError(summary+": the agent refused the token",
-			fmt.Sprintf("The kmirror agent at %s answered 401 %s: %s\n\nSet the provider's token argument (or %s) to one of the tokens the agent was started with.",
+			fmt.Sprintf("The kmirror agent at %s answered 401 %s: %s\n\nSet the provider's token argument (or %s) to one of the tokens the agent was started with. "+
+				"An agent started with client_ca_file also wants client_cert_pem and client_key_pem.",
 				c.BaseURL, apiErr.Body.Code, apiErr.Body.Message, EnvToken))
 	case errors.As(err, &apiErr) && apiErr.Body.Code == mirrorapi.CodeNotReady:
 		diags.AddError(summary+": the agent is not ready",

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -57,10 +58,31 @@ func TestSchemasValid(t *testing.T) {
 	if d := resp.ResourceSchemas["kafka_mirror_topic"].Block.Description; !strings.Contains(d, "never deletes data") {
 		t.Errorf("kafka_mirror_topic description does not warn what destroy does: %q", d)
 	}
-	// Source security settings come later; only bootstrap_servers now.
+	// Secrets: references in sensitive attributes, literals only in
+	// write-only ones.
 	src := attribute(resp.ResourceSchemas["kafka_cluster_mirror"], "source")
-	if src == nil || src.NestedType == nil || len(src.NestedType.Attributes) != 1 || src.NestedType.Attributes[0].Name != "bootstrap_servers" {
-		t.Errorf("source attributes: %+v", src)
+	if src == nil || src.NestedType == nil {
+		t.Fatalf("source attributes: %+v", src)
+	}
+	nested := func(a *tfprotov6.SchemaAttribute, name string) *tfprotov6.SchemaAttribute {
+		for _, n := range a.NestedType.Attributes {
+			if n.Name == name {
+				return n
+			}
+		}
+		t.Fatalf("no attribute %s in %s", name, a.Name)
+		return nil
+	}
+	sasl, tls := nested(src, "sasl"), nested(src, "tls")
+	for _, a := range []*tfprotov6.SchemaAttribute{nested(sasl, "password"), nested(sasl, "token"), nested(sasl, "client_secret"), nested(tls, "key_pem")} {
+		if !a.Sensitive || a.WriteOnly {
+			t.Errorf("%s: sensitive %v, write-only %v; want sensitive", a.Name, a.Sensitive, a.WriteOnly)
+		}
+	}
+	for _, a := range []*tfprotov6.SchemaAttribute{nested(sasl, "password_wo"), nested(tls, "key_pem_wo")} {
+		if !a.Sensitive || !a.WriteOnly {
+			t.Errorf("%s: sensitive %v, write-only %v; want both", a.Name, a.Sensitive, a.WriteOnly)
+		}
 	}
 }
 
@@ -112,8 +134,38 @@ func strs(ss ...string) tftypes.Value {
 }
 
 func source(servers tftypes.Value) tftypes.Value {
-	typ := tftypes.Object{AttributeTypes: map[string]tftypes.Type{"bootstrap_servers": tftypes.List{ElementType: tftypes.String}}}
-	return tftypes.NewValue(typ, map[string]tftypes.Value{"bootstrap_servers": servers})
+	return sourceWith(servers, "", nil, nil)
+}
+
+// sourceWith builds kafka_cluster_mirror's source: protocol, and the sasl
+// and tls attributes given (nil: no block).
+func sourceWith(servers tftypes.Value, protocol string, sasl, tls map[string]tftypes.Value) tftypes.Value {
+	var resp resource.SchemaResponse
+	(&clusterMirrorResource{}).Schema(context.Background(), resource.SchemaRequest{}, &resp)
+	typ := resp.Schema.Type().TerraformType(context.Background()).(tftypes.Object).AttributeTypes["source"].(tftypes.Object)
+	obj := func(t tftypes.Object, vals map[string]tftypes.Value) tftypes.Value {
+		if vals == nil {
+			return tftypes.NewValue(t, nil)
+		}
+		all := map[string]tftypes.Value{}
+		for name, at := range t.AttributeTypes {
+			if v, ok := vals[name]; ok {
+				all[name] = v
+			} else {
+				all[name] = tftypes.NewValue(at, nil)
+			}
+		}
+		return tftypes.NewValue(t, all)
+	}
+	proto := tftypes.NewValue(tftypes.String, nil)
+	if protocol != "" {
+		proto = str(protocol)
+	}
+	return tftypes.NewValue(typ, map[string]tftypes.Value{
+		"bootstrap_servers": servers, "security_protocol": proto,
+		"sasl": obj(typ.AttributeTypes["sasl"].(tftypes.Object), sasl),
+		"tls":  obj(typ.AttributeTypes["tls"].(tftypes.Object), tls),
+	})
 }
 
 func diagText(ds []*tfprotov6.Diagnostic) string {
@@ -144,6 +196,24 @@ func TestResourceValidation(t *testing.T) {
 		{"no bootstrap", "kafka_cluster_mirror", map[string]tftypes.Value{"name": str("dr"), "source": source(strs())}, "at least 1"},
 		{"empty exclude", "kafka_cluster_mirror", map[string]tftypes.Value{"name": str("dr"), "source": source(strs("a:9092")), "topic_config_exclude": strs()}, "at least 1"},
 		{"duplicate exclude", "kafka_cluster_mirror", map[string]tftypes.Value{"name": str("dr"), "source": source(strs("a:9092")), "topic_config_exclude": strs("x", "x")}, "duplicate"},
+		{"sasl_ssl by reference", "kafka_cluster_mirror", map[string]tftypes.Value{"name": str("dr"), "source": sourceWith(strs("a:9093"), "",
+			map[string]tftypes.Value{"mechanism": str("SCRAM-SHA-512"), "username": str("u"), "password": str("${env:SRC_PASSWORD}")},
+			map[string]tftypes.Value{"ca_file": str("/etc/ca.pem"), "key_pem": str("${file:/etc/k.properties:key}"), "cert_file": str("/etc/c.pem")})}, ""},
+		{"write-only password", "kafka_cluster_mirror", map[string]tftypes.Value{"name": str("dr"), "source": sourceWith(strs("a:9093"), "SASL_PLAINTEXT",
+			map[string]tftypes.Value{"mechanism": str("PLAIN"), "username": str("u"), "password_wo": str("s3cret"), "password_wo_version": tftypes.NewValue(tftypes.Number, 1)}, nil)}, ""},
+		{"literal password", "kafka_cluster_mirror", map[string]tftypes.Value{"name": str("dr"), "source": sourceWith(strs("a:9093"), "",
+			map[string]tftypes.Value{"mechanism": str("PLAIN"), "username": str("u"), "password": str("s3cret")}, nil)}, "put it in password_wo"},
+		{"literal key", "kafka_cluster_mirror", map[string]tftypes.Value{"name": str("dr"), "source": sourceWith(strs("a:9093"), "", nil,
+			map[string]tftypes.Value{"cert_file": str("/c"), "key_pem": str("-----BEGIN EC PRIVATE KEY-----")})}, "put it in key_pem_wo"},
+		{"literal token", "kafka_cluster_mirror", map[string]tftypes.Value{"name": str("dr"), "source": sourceWith(strs("a:9093"), "",
+			map[string]tftypes.Value{"mechanism": str("OAUTHBEARER"), "token": str("eyJhbGciOi")}, nil)}, "Secret in plain text"},
+		{"password twice", "kafka_cluster_mirror", map[string]tftypes.Value{"name": str("dr"), "source": sourceWith(strs("a:9093"), "",
+			map[string]tftypes.Value{"mechanism": str("PLAIN"), "username": str("u"), "password": str("${env:P}"), "password_wo": str("x")}, nil)}, "Give password or password_wo, not both"},
+		{"bad protocol", "kafka_cluster_mirror", map[string]tftypes.Value{"name": str("dr"), "source": sourceWith(strs("a:9093"), "SASL", nil, nil)}, "value must be one of"},
+		{"sasl over plaintext", "kafka_cluster_mirror", map[string]tftypes.Value{"name": str("dr"), "source": sourceWith(strs("a:9093"), "PLAINTEXT",
+			map[string]tftypes.Value{"mechanism": str("PLAIN"), "username": str("u"), "password": str("${env:P}")}, nil)}, "security_protocol PLAINTEXT does not authenticate with SASL"},
+		{"scram without username", "kafka_cluster_mirror", map[string]tftypes.Value{"name": str("dr"), "source": sourceWith(strs("a:9093"), "",
+			map[string]tftypes.Value{"mechanism": str("SCRAM-SHA-256"), "password_wo": str("x")}, nil)}, "mechanism SCRAM-SHA-256 needs a username"},
 		{"topic ok", "kafka_mirror_topic", map[string]tftypes.Value{"mirror": str("dr"), "topic": str("orders.v1")}, ""},
 		{"internal topic", "kafka_mirror_topic", map[string]tftypes.Value{"mirror": str("dr"), "topic": str("__consumer_offsets")}, "Invalid topic name"},
 		{"dot topic", "kafka_mirror_topic", map[string]tftypes.Value{"mirror": str("dr"), "topic": str("..")}, "Invalid topic name"},
@@ -158,6 +228,7 @@ func TestResourceValidation(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			resp, err := s.ValidateResourceConfig(ctx, &tfprotov6.ValidateResourceConfigRequest{
 				TypeName: c.typ, Config: config(t, schemas.ResourceSchemas[c.typ], c.vals),
+				ClientCapabilities: &tfprotov6.ValidateResourceConfigClientCapabilities{WriteOnlyAttributesAllowed: true},
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -170,6 +241,13 @@ func TestResourceValidation(t *testing.T) {
 				t.Errorf("got diagnostics %q, want one containing %q", got, c.want)
 			}
 		})
+	}
+	// A Terraform without write-only attributes (before 1.11) is told so.
+	wo := config(t, schemas.ResourceSchemas["kafka_cluster_mirror"], map[string]tftypes.Value{"name": str("dr"), "source": sourceWith(strs("a:9093"), "",
+		map[string]tftypes.Value{"mechanism": str("PLAIN"), "username": str("u"), "password_wo": str("x")}, nil)})
+	if resp, err := s.ValidateResourceConfig(ctx, &tfprotov6.ValidateResourceConfigRequest{TypeName: "kafka_cluster_mirror", Config: wo}); err != nil ||
+		!strings.Contains(diagText(resp.Diagnostics), "Terraform 1.11 and later") {
+		t.Errorf("password_wo on an older Terraform: %v %s", err, diagText(resp.Diagnostics))
 	}
 	// The data sources share the name rules.
 	resp, err := s.ValidateDataResourceConfig(ctx, &tfprotov6.ValidateDataResourceConfigRequest{

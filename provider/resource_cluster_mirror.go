@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/kmirror/kmirror/agent/topics"
@@ -19,9 +20,10 @@ import (
 )
 
 var (
-	_ resource.Resource                = (*clusterMirrorResource)(nil)
-	_ resource.ResourceWithConfigure   = (*clusterMirrorResource)(nil)
-	_ resource.ResourceWithImportState = (*clusterMirrorResource)(nil)
+	_ resource.Resource                   = (*clusterMirrorResource)(nil)
+	_ resource.ResourceWithConfigure      = (*clusterMirrorResource)(nil)
+	_ resource.ResourceWithImportState    = (*clusterMirrorResource)(nil)
+	_ resource.ResourceWithValidateConfig = (*clusterMirrorResource)(nil)
 )
 
 // NewClusterMirrorResource is kafka_cluster_mirror.
@@ -29,10 +31,6 @@ func NewClusterMirrorResource() resource.Resource { return &clusterMirrorResourc
 
 type clusterMirrorResource struct {
 	client *mirrorapi.Client
-}
-
-type sourceModel struct {
-	BootstrapServers types.List `tfsdk:"bootstrap_servers"`
 }
 
 type clusterMirrorModel struct {
@@ -64,21 +62,7 @@ func (r *clusterMirrorResource) Schema(_ context.Context, _ resource.SchemaReque
 				Validators:    []validator.String{mirrorNameValidator},
 				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},
-			"source": schema.SingleNestedAttribute{
-				Required:    true,
-				Description: "How the agent reaches the source cluster. Changes apply in place: the mirror reconnects and resumes from the destination's log ends.",
-				Attributes: map[string]schema.Attribute{
-					"bootstrap_servers": schema.ListAttribute{
-						Required:    true,
-						ElementType: types.StringType,
-						Description: "HOST:PORT of one or more source brokers.",
-						Validators: []validator.List{
-							listvalidator.SizeAtLeast(1),
-							listvalidator.ValueStringsAre(hostPortValidator),
-						},
-					},
-				},
-			},
+			"source": sourceAttribute(),
 			// Optional attributes
 			"topic_config_exclude": schema.ListAttribute{
 				Optional:    true,
@@ -126,7 +110,9 @@ func (r *clusterMirrorResource) Create(ctx context.Context, req resource.CreateR
 		return
 	}
 	spec := mirrorapi.MirrorSpec{Name: plan.Name.ValueString()}
-	resp.Diagnostics.Append(plan.Source.BootstrapServers.ElementsAs(ctx, &spec.Source.BootstrapServers, false)...)
+	var d diag.Diagnostics
+	spec.Source, d = configuredSource(ctx, req.Config)
+	resp.Diagnostics.Append(d...)
 	if !plan.TopicConfigExclude.IsNull() {
 		resp.Diagnostics.Append(plan.TopicConfigExclude.ElementsAs(ctx, &spec.TopicConfigExclude, false)...)
 	}
@@ -153,9 +139,9 @@ func (r *clusterMirrorResource) Create(ctx context.Context, req resource.CreateR
 func (r *clusterMirrorResource) setFromAgent(ctx context.Context, model *clusterMirrorModel, m mirrorapi.Mirror) (diags diag.Diagnostics) {
 	model.ID = types.StringValue(m.Name)
 	model.Name = types.StringValue(m.Name)
-	bs, d := types.ListValueFrom(ctx, types.StringType, m.Source.BootstrapServers)
+	src, d := sourceFromAgent(ctx, m.Source, model.Source)
 	diags.Append(d...)
-	model.Source = &sourceModel{BootstrapServers: bs}
+	model.Source = src
 	f, d := flattenMirror(ctx, m)
 	diags.Append(d...)
 	model.MaxLag, model.StateCounts, model.TopicCount, model.Error = f.MaxLag, f.StateCounts, f.TopicCount, f.Error
@@ -193,7 +179,9 @@ func (r *clusterMirrorResource) Update(ctx context.Context, req resource.UpdateR
 	name := plan.Name.ValueString()
 	// Topics left out (nil) keep theirs: kafka_mirror_topic manages them.
 	var spec mirrorapi.MirrorSpec
-	resp.Diagnostics.Append(plan.Source.BootstrapServers.ElementsAs(ctx, &spec.Source.BootstrapServers, false)...)
+	var d diag.Diagnostics
+	spec.Source, d = configuredSource(ctx, req.Config)
+	resp.Diagnostics.Append(d...)
 	switch {
 	case !plan.TopicConfigExclude.IsNull():
 		resp.Diagnostics.Append(plan.TopicConfigExclude.ElementsAs(ctx, &spec.TopicConfigExclude, false)...)
@@ -241,4 +229,26 @@ func (r *clusterMirrorResource) ImportState(ctx context.Context, req resource.Im
 		return
 	}
 	resource.ImportStatePassthroughID(ctx, path.Root("name"), req, resp)
+}
+
+func (r *clusterMirrorResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	var src *sourceModel
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("source"), &src)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(validateSource(ctx, src)...)
+}
+
+// configuredSource returns the source of the configuration, the only place
+// write-only values are found.
+func configuredSource(ctx context.Context, cfg tfsdk.Config) (mirrorapi.Source, diag.Diagnostics) {
+	var src *sourceModel
+	diags := cfg.GetAttribute(ctx, path.Root("source"), &src)
+	if diags.HasError() || src == nil {
+		return mirrorapi.Source{}, diags
+	}
+	out, d := src.toAPI(ctx)
+	diags.Append(d...)
+	return out, diags
 }

@@ -66,16 +66,21 @@ type Options struct {
 	// credentials_file. The agent's metrics_listen serves it without one.
 	// It is not in routes: not part of the JSON API nor of openapi.json.
 	Metrics http.Handler
+	// RequireClientCert refuses (401) every route but /healthz and
+	// /readyz to a caller without a verified TLS client certificate (see
+	// ServerTLS).
+	RequireClientCert bool
 }
 
 // Server is the API's handler. It answers /healthz at once, and the other
 // routes with 503 COORDINATOR_LOAD_IN_PROGRESS until SetBackend is called
 // and the backend runs.
 type Server struct {
-	tokens  [][sha256.Size]byte
-	log     hclog.Logger
-	backend atomic.Pointer[Backend]
-	mux     *http.ServeMux
+	tokens     [][sha256.Size]byte
+	clientCert bool // a verified client certificate is required
+	log        hclog.Logger
+	backend    atomic.Pointer[Backend]
+	mux        *http.ServeMux
 }
 
 // route is one registered route; Routes lists them for the OpenAPI test.
@@ -119,7 +124,7 @@ func OpenAPI() []byte { return slices.Clone(openAPI) }
 
 // New returns a server without a backend yet.
 func New(o Options) *Server {
-	s := &Server{log: o.Logger, mux: http.NewServeMux()}
+	s := &Server{log: o.Logger, mux: http.NewServeMux(), clientCert: o.RequireClientCert}
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
 	}
@@ -194,6 +199,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 // authorized compares the request's bearer token with every configured one
 // in constant time (hashes, so lengths do not leak either).
 func (s *Server) authorized(r *http.Request) bool {
+	if s.clientCert && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
+		return false
+	}
 	if len(s.tokens) == 0 {
 		return true
 	}

@@ -4,6 +4,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -14,6 +15,8 @@ import (
 	"github.com/hashicorp/hcl/v2/hclparse"
 
 	"github.com/kmirror/kmirror/agent/coordinator"
+	"github.com/kmirror/kmirror/agent/kafkaconn"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
 // File is the agent's configuration file.
@@ -35,15 +38,73 @@ type File struct {
 	BufferBytes int64 `hcl:"buffer_bytes,optional"`
 	// MetadataRefreshInterval is how often source topics are checked for
 	// new partitions (a Go duration, default "30s").
-	MetadataRefreshInterval string   `hcl:"metadata_refresh_interval,optional"`
-	LogLevel                string   `hcl:"log_level,optional"`
-	LogFormat               string   `hcl:"log_format,optional"`
-	Mirrors                 []Mirror `hcl:"mirror,block"`
+	MetadataRefreshInterval string `hcl:"metadata_refresh_interval,optional"`
+	// SecretKeyFile holds the AES-256 key that encrypts the literal
+	// secrets of mirror sources in the state topic (64 hex digits).
+	SecretKeyFile string `hcl:"secret_key_file,optional"`
+	// TLSCertFile and TLSKeyFile make the API serve HTTPS.
+	TLSCertFile string `hcl:"tls_cert_file,optional"`
+	TLSKeyFile  string `hcl:"tls_key_file,optional"`
+	// ClientCAFile, with TLS, requires API callers (but /healthz and
+	// /readyz) to present a client certificate this CA signed.
+	ClientCAFile string   `hcl:"client_ca_file,optional"`
+	LogLevel     string   `hcl:"log_level,optional"`
+	LogFormat    string   `hcl:"log_format,optional"`
+	Mirrors      []Mirror `hcl:"mirror,block"`
 }
 
-// Cluster is how the agent reaches a Kafka cluster.
+// Cluster is how the agent reaches a Kafka cluster. Secret values (a SASL
+// password, token or client secret, a TLS key) may be written as they are
+// or as references resolved at connect time, $${env:NAME} or
+// $${file:PATH:KEY} (HCL needs the $ doubled).
 type Cluster struct {
 	BootstrapServers []string `hcl:"bootstrap_servers"`
+	// SecurityProtocol is PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL;
+	// left out, it follows from the sasl and tls blocks.
+	SecurityProtocol string `hcl:"security_protocol,optional"`
+	SASL             *SASL  `hcl:"sasl,block"`
+	TLS              *TLS   `hcl:"tls,block"`
+}
+
+// SASL is a cluster's SASL authentication (mirrorapi.SourceSASL).
+type SASL struct {
+	Mechanism     string `hcl:"mechanism"`
+	Username      string `hcl:"username,optional"`
+	Password      string `hcl:"password,optional"`
+	Token         string `hcl:"token,optional"`
+	TokenEndpoint string `hcl:"token_endpoint,optional"`
+	ClientID      string `hcl:"client_id,optional"`
+	ClientSecret  string `hcl:"client_secret,optional"`
+	Scope         string `hcl:"scope,optional"`
+}
+
+// TLS is a cluster's TLS settings (mirrorapi.SourceTLS).
+type TLS struct {
+	CAPEM              string `hcl:"ca_pem,optional"`
+	CAFile             string `hcl:"ca_file,optional"`
+	CertPEM            string `hcl:"cert_pem,optional"`
+	CertFile           string `hcl:"cert_file,optional"`
+	KeyPEM             string `hcl:"key_pem,optional"`
+	KeyFile            string `hcl:"key_file,optional"`
+	InsecureSkipVerify bool   `hcl:"insecure_skip_verify,optional"`
+	ServerName         string `hcl:"server_name,optional"`
+}
+
+// Conn returns the cluster as kafkaconn takes it.
+func (c *Cluster) Conn() mirrorapi.Source {
+	if c == nil {
+		return mirrorapi.Source{}
+	}
+	out := mirrorapi.Source{BootstrapServers: c.BootstrapServers, SecurityProtocol: c.SecurityProtocol}
+	if s := c.SASL; s != nil {
+		out.SASL = &mirrorapi.SourceSASL{Mechanism: s.Mechanism, Username: s.Username, Password: s.Password, Token: s.Token,
+			TokenEndpoint: s.TokenEndpoint, ClientID: s.ClientID, ClientSecret: s.ClientSecret, Scope: s.Scope}
+	}
+	if t := c.TLS; t != nil {
+		out.TLS = &mirrorapi.SourceTLS{CAPEM: t.CAPEM, CAFile: t.CAFile, CertPEM: t.CertPEM, CertFile: t.CertFile,
+			KeyPEM: t.KeyPEM, KeyFile: t.KeyFile, InsecureSkipVerify: t.InsecureSkipVerify, ServerName: t.ServerName}
+	}
+	return out
 }
 
 // Mirror declares a mirror at start-up (the admin API can add more).
@@ -122,6 +183,17 @@ func (f *File) Check() error {
 			return fmt.Errorf("metadata_refresh_interval %q: use a duration of at least 100ms, such as \"30s\"", f.MetadataRefreshInterval)
 		}
 	}
+	if f.Destination != nil {
+		if errs := kafkaconn.Validate("destination", f.Destination.Conn()); len(errs) > 0 {
+			return errors.New(strings.Join(errs, "; "))
+		}
+	}
+	switch {
+	case (f.TLSCertFile == "") != (f.TLSKeyFile == ""):
+		return errors.New("tls_cert_file and tls_key_file: give both (the API's certificate and its private key), or neither for plain HTTP")
+	case f.ClientCAFile != "" && f.TLSCertFile == "":
+		return errors.New("client_ca_file: client certificates need TLS; give tls_cert_file and tls_key_file too")
+	}
 	seen := map[string]bool{}
 	for _, m := range f.Mirrors {
 		if seen[m.Name] {
@@ -149,7 +221,7 @@ func (f *File) RefreshInterval() time.Duration {
 func (m Mirror) Spec() coordinator.MirrorSpec {
 	s := coordinator.MirrorSpec{Name: m.Name, Topics: m.Topics, TopicConfigExclude: m.TopicConfigExclude}
 	if m.Source != nil {
-		s.Source.BootstrapServers = m.Source.BootstrapServers
+		s.Source = m.Source.Conn()
 	}
 	return s
 }

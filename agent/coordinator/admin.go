@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -120,7 +121,7 @@ func (c *Coordinator) Update(ctx context.Context, spec MirrorSpec) error {
 	}
 	// The source and the config exclude list are read when the mirror
 	// connects: reconnect for them to take effect.
-	if !slices.Equal(old.Spec.Source.BootstrapServers, spec.Source.BootstrapServers) ||
+	if !reflect.DeepEqual(old.Spec.Source, spec.Source) ||
 		!slices.Equal(old.Spec.TopicConfigExclude, spec.TopicConfigExclude) {
 		c.restart(spec.Name)
 	}

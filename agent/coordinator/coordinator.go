@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -21,9 +22,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/agent/fetcher"
+	"github.com/kmirror/kmirror/agent/kafkaconn"
 	"github.com/kmirror/kmirror/agent/leaders"
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/agent/readonly"
+	"github.com/kmirror/kmirror/agent/secrets"
 	"github.com/kmirror/kmirror/agent/statestore"
 	"github.com/kmirror/kmirror/agent/writer"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
@@ -56,6 +59,7 @@ func (s MirrorSpec) Validate() error {
 	if len(s.Source.BootstrapServers) == 0 {
 		errs = append(errs, "source.bootstrap_servers: give at least one HOST:PORT of the source cluster")
 	}
+	errs = append(errs, kafkaconn.Validate("source", s.Source)...)
 	for _, b := range s.Source.BootstrapServers {
 		if i := strings.LastIndexByte(b, ':'); i <= 0 || i == len(b)-1 {
 			errs = append(errs, fmt.Sprintf("source.bootstrap_servers: %q is not HOST:PORT", b))
@@ -85,8 +89,13 @@ type Config struct {
 	// SASL).
 	Destination []kgo.Opt
 	// SourceOpts turns a mirror's Source into client options; the default
-	// uses the bootstrap servers only.
+	// is kafkaconn.Options (bootstrap servers, TLS, SASL, secrets resolved
+	// with SecretBox).
 	SourceOpts func(Source) []kgo.Opt
+	// SecretBox seals the literal secrets of mirror sources before the
+	// state topic keeps them, and opens them to connect. Without it, a
+	// literal secret is refused (references are accepted).
+	SecretBox  *secrets.Box
 	StateTopic string
 	// BufferBytes bounds fetched-but-unwritten bytes across all mirrors
 	// (default 256 MiB).
@@ -224,9 +233,6 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	if cfg.SourceFence == nil {
 		cfg.SourceFence = NoSourceFence{}
 	}
-	if cfg.SourceOpts == nil {
-		cfg.SourceOpts = func(s Source) []kgo.Opt { return []kgo.Opt{kgo.SeedBrokers(s.BootstrapServers...)} }
-	}
 	dst, err := kgo.NewClient(writer.ClientOpts(cfg.Destination)...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the destination: %w", err)
@@ -292,6 +298,13 @@ func (c *Coordinator) Apply(ctx context.Context, spec MirrorSpec) error {
 	if err := spec.Validate(); err != nil {
 		return err
 	}
+	// Literal secrets reach the state topic, and the running mirror,
+	// sealed; they are opened only to connect.
+	sealed, err := kafkaconn.Seal("source", spec.Source, c.cfg.SecretBox)
+	if err != nil {
+		return &InvalidSpecError{Err: err}
+	}
+	spec.Source = sealed
 	for _, other := range c.Mirrors() {
 		if other.Name == spec.Name {
 			continue
@@ -309,7 +322,7 @@ func (c *Coordinator) Apply(ctx context.Context, spec MirrorSpec) error {
 		if err := json.Unmarshal(v, &rec); err != nil {
 			return fmt.Errorf("reading mirror %q from the state topic: %w", spec.Name, err)
 		}
-		if strings.Join(rec.Spec.Source.BootstrapServers, ",") != strings.Join(spec.Source.BootstrapServers, ",") {
+		if !slices.Equal(rec.Spec.Source.BootstrapServers, spec.Source.BootstrapServers) {
 			c.log.Info("mirror source bootstrap changed", "mirror", spec.Name)
 		}
 		rec.Spec = spec
@@ -335,6 +348,22 @@ func (c *Coordinator) Apply(ctx context.Context, spec MirrorSpec) error {
 		c.startLocked(rec)
 	}
 	return nil
+}
+
+// sourceOpts returns the client options for a mirror's source.
+func (c *Coordinator) sourceOpts(spec MirrorSpec) ([]kgo.Opt, error) {
+	var opts []kgo.Opt
+	if c.cfg.SourceOpts != nil {
+		opts = c.cfg.SourceOpts(spec.Source)
+	} else {
+		var err error
+		if opts, err = kafkaconn.Options("source", spec.Source, c.cfg.SecretBox); err != nil {
+			return nil, err
+		}
+	}
+	// A stable client id per mirror is what a throttle's source quota
+	// (consumer_byte_rate) applies to.
+	return append(opts[:len(opts):len(opts)], kgo.ClientID(mirrorapi.SourceQuotaClientID(spec.Name))), nil
 }
 
 // Run runs every persisted mirror, and those applied later, until ctx ends.

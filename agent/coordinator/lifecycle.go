@@ -222,7 +222,11 @@ func (m *mirror) fenceSource(ctx context.Context, topics []string) error {
 	if src != nil {
 		adm = kadm.NewClient(src.cl)
 	} else {
-		cl, err := kgo.NewClient(m.c.cfg.SourceOpts(spec.Source)...)
+		opts, err := m.c.sourceOpts(spec)
+		if err != nil {
+			return fmt.Errorf("promote: connecting to the source to fence writes on %q: %w", topics, err)
+		}
+		cl, err := kgo.NewClient(opts...)
 		if err != nil {
 			return fmt.Errorf("promote: connecting to the source to fence writes on %q: %w", topics, err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/agent/fetcher"
+	"github.com/kmirror/kmirror/agent/kafkaconn"
 	"github.com/kmirror/kmirror/agent/leaders"
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/agent/topics"
@@ -153,7 +154,11 @@ func (m *mirror) runConnected(ctx context.Context) error {
 	m.mu.Lock()
 	spec := m.spec // Apply changes m.spec under m.mu
 	m.mu.Unlock()
-	src, err := kgo.NewClient(m.c.sourceOpts(spec)...)
+	opts, err := m.c.sourceOpts(spec)
+	if err != nil {
+		return fmt.Errorf("connecting to source %s: %w", strings.Join(spec.Source.BootstrapServers, ","), err)
+	}
+	src, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("connecting to source %s: %w", strings.Join(spec.Source.BootstrapServers, ","), err)
 	}
@@ -429,7 +434,7 @@ func (m *mirror) persistPartition(ctx context.Context, tp fetcher.TP, st partiti
 func (m *mirror) status() MirrorStatus {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	st := MirrorStatus{Name: m.spec.Name, Source: m.spec.Source, Error: m.err, Warnings: slices.Clone(m.warnings), StateCounts: map[partition.State]int{}}
+	st := MirrorStatus{Name: m.spec.Name, Source: kafkaconn.Redact(m.spec.Source), Error: m.err, Warnings: slices.Clone(m.warnings), StateCounts: map[partition.State]int{}}
 	if m.fetch != nil {
 		st.BufferedBytes = m.fetch.Buffered()
 	}

@@ -166,7 +166,11 @@ func (c *Coordinator) setSourceQuota(ctx context.Context, spec MirrorSpec, rate 
 	fail := func(err error) error {
 		return fmt.Errorf("source_quota: %s %s for client id %q on the source: %w", what, sourceQuotaKey, clientID, err)
 	}
-	cl, err := kgo.NewClient(c.sourceOpts(spec)...)
+	opts, err := c.sourceOpts(spec)
+	if err != nil {
+		return fail(err)
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fail(err)
 	}
@@ -192,11 +196,6 @@ func (c *Coordinator) setSourceQuota(ctx context.Context, spec MirrorSpec, rate 
 
 // sourceOpts are the options of every source client of a mirror: its
 // connection, and the client id its source quota names.
-func (c *Coordinator) sourceOpts(spec MirrorSpec) []kgo.Opt {
-	opts := c.cfg.SourceOpts(spec.Source)
-	return append(opts[:len(opts):len(opts)], kgo.ClientID(mirrorapi.SourceQuotaClientID(spec.Name)))
-}
-
 // throttleStatus is what describe shows of the mirror's throttle and
 // fetches; m.mu must be held.
 func (m *mirror) throttleStatusLocked(st *MirrorStatus) {

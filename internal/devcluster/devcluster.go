@@ -14,6 +14,7 @@
 package devcluster
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -51,6 +52,8 @@ type config struct {
 	saslUsers     []saslUser // auth.go
 	acls          bool
 	superUsers    []string
+	tls           bool             // tls.go
+	tlsCert       *tls.Certificate // tls.go
 }
 
 // Name sets the cluster id reported in metadata, overriding "dev". Give the
@@ -122,6 +125,8 @@ type Cluster struct {
 	name      string
 	bootstrap []string
 	auth      *internalAuth // how the helpers authenticate; nil without SASL or ACLs
+	clientTLS *tls.Config   // how the helpers connect with TLS (tls.go); nil without
+	caPEM     []byte        // the CA of the brokers' certificate (tls.go)
 }
 
 // Start starts a cluster and returns once every broker listens.
@@ -148,6 +153,10 @@ func Start(opts ...Option) (*Cluster, error) {
 		return nil, err
 	}
 	authOpts, auth, err := cfg.authOptions()
+	if err != nil {
+		return nil, err
+	}
+	tlsOpt, clientTLS, caPEM, err := cfg.tlsOptions()
 	if err != nil {
 		return nil, err
 	}
@@ -184,6 +193,9 @@ func Start(opts ...Option) (*Cluster, error) {
 		kopts = append(kopts, kfake.BrokerConfigs(cfg.brokerConfigs))
 	}
 	kopts = append(kopts, authOpts...)
+	if tlsOpt != nil {
+		kopts = append(kopts, tlsOpt)
+	}
 	kopts = append(kopts, cfg.kfakeOpts...)
 
 	kc, err := kfake.NewCluster(kopts...)
@@ -195,6 +207,8 @@ func Start(opts ...Option) (*Cluster, error) {
 		name:      cfg.name,
 		bootstrap: kc.ListenAddrs(), // read now: ListenAddrs blocks forever once the cluster is closed
 		auth:      auth,
+		clientTLS: clientTLS,
+		caPEM:     caPEM,
 	}
 	if !cfg.lenient {
 		s := &strictValidator{
@@ -208,7 +222,7 @@ func Start(opts ...Option) (*Cluster, error) {
 			installSecurityDisabled(kc)
 		}
 	}
-	cfg.logger.Debug("cluster started", "name", cfg.name, "bootstrap", c.BootstrapString(), "strict", !cfg.lenient,
+	cfg.logger.Debug("cluster started", "name", cfg.name, "bootstrap", c.BootstrapString(), "strict", !cfg.lenient, "tls", cfg.tls,
 		"auth", cfg.describeAuth())
 	return c, nil
 }

@@ -86,6 +86,7 @@ func (c *Cluster) opClient(opts ...kgo.Opt) (*kgo.Client, error) {
 	if c.auth != nil {
 		base = append(base, c.auth.opt())
 	}
+	base = append(base, c.tlsOpt()...)
 	return kgo.NewClient(append(base, opts...)...)
 }
 

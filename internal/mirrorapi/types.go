@@ -17,10 +17,55 @@ const (
 	StateFailed       State = "FAILED"
 )
 
-// Source is how a mirror reaches its source cluster.
+// Source is how a mirror reaches its source cluster (and, in the agent's
+// configuration, how the agent reaches the destination).
+//
+// Secret fields (SASL.Password, SASL.Token, SASL.ClientSecret, TLS.KeyPEM)
+// take a literal value, which the agent keeps encrypted in its state topic,
+// or a reference resolved by the agent when it connects: ${env:NAME} or
+// ${file:PATH:KEY} (KEY of the Java properties file PATH). Responses show a
+// literal as Redacted and a reference as written.
 type Source struct {
 	BootstrapServers []string `json:"bootstrap_servers"`
+	// SecurityProtocol is PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL;
+	// left out, it follows from SASL and TLS being given.
+	SecurityProtocol string      `json:"security_protocol,omitempty"`
+	SASL             *SourceSASL `json:"sasl,omitempty"`
+	TLS              *SourceTLS  `json:"tls,omitempty"`
 }
+
+// SourceSASL is a connection's SASL authentication.
+type SourceSASL struct {
+	// Mechanism is PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER.
+	Mechanism string `json:"mechanism"`
+	Username  string `json:"username,omitempty"`
+	Password  string `json:"password,omitempty"` // secret
+	// Token is a static OAUTHBEARER token (secret).
+	Token string `json:"token,omitempty"`
+	// TokenEndpoint, ClientID, ClientSecret (secret) and Scope get
+	// OAUTHBEARER tokens with the OAuth 2 client-credentials grant.
+	TokenEndpoint string `json:"token_endpoint,omitempty"`
+	ClientID      string `json:"client_id,omitempty"`
+	ClientSecret  string `json:"client_secret,omitempty"`
+	Scope         string `json:"scope,omitempty"`
+}
+
+// SourceTLS is a connection's TLS settings. A PEM field and its _file twin
+// are alternatives; files are read by the agent when it connects.
+type SourceTLS struct {
+	CAPEM              string `json:"ca_pem,omitempty"`
+	CAFile             string `json:"ca_file,omitempty"`
+	CertPEM            string `json:"cert_pem,omitempty"`
+	CertFile           string `json:"cert_file,omitempty"`
+	KeyPEM             string `json:"key_pem,omitempty"` // secret
+	KeyFile            string `json:"key_file,omitempty"`
+	InsecureSkipVerify bool   `json:"insecure_skip_verify,omitempty"`
+	// ServerName overrides the name checked in the brokers' certificates.
+	ServerName string `json:"server_name,omitempty"`
+}
+
+// Redacted stands for a literal secret in every response of the agent.
+const Redacted = "(sensitive)"
 
 // DescribeResponse is the body of GET /v1/mirrors.
 type DescribeResponse struct {

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -17,12 +19,68 @@ func init() {
 	register("describe", "show mirrors, their partitions, offsets, lag and state", runDescribe)
 }
 
-// agentFlags adds the flags every API command shares: where the agent is.
+// agentFlags adds the flags every API command shares: where the agent is,
+// and how to authenticate to it (the TLS ones are read by newClient).
 func agentFlags(fs *flag.FlagSet) (addr, token *string) {
 	addr = fs.String("agent", envOr("KMIRROR_ADDR", "http://127.0.0.1:8080"), "agent API URL (env KMIRROR_ADDR)")
 	token = fs.String("token", os.Getenv("KMIRROR_TOKEN"), "agent API bearer token (env KMIRROR_TOKEN)")
+	fs.StringVar(&agentTLS.caCert, "ca-cert", os.Getenv("KMIRROR_CA_CERT"), "PEM file of the CA that signed an https agent's certificate (env KMIRROR_CA_CERT)")
+	fs.StringVar(&agentTLS.clientCert, "client-cert", os.Getenv("KMIRROR_CLIENT_CERT"), "PEM client certificate for an agent started with client_ca_file (env KMIRROR_CLIENT_CERT)")
+	fs.StringVar(&agentTLS.clientKey, "client-key", os.Getenv("KMIRROR_CLIENT_KEY"), "PEM private key of --client-cert (env KMIRROR_CLIENT_KEY)")
 	return addr, token
 }
+
+// agentTLS holds the TLS flags of the command being run (one a process).
+var agentTLS struct{ caCert, clientCert, clientKey string }
+
+// newClient returns the API client for addr and token with the TLS flags
+// applied. A TLS flag that cannot be used makes every call fail with a
+// message naming it.
+func newClient(addr, token string) *mirrorapi.Client {
+	cl := mirrorapi.NewClient(addr, token)
+	if err := applyAgentTLS(cl); err != nil {
+		cl.HTTP = &http.Client{Transport: failingTransport{err}}
+		cl.Retries = -1
+	}
+	return cl
+}
+
+func applyAgentTLS(cl *mirrorapi.Client) error {
+	a := agentTLS
+	if a.caCert == "" && a.clientCert == "" && a.clientKey == "" {
+		return nil
+	}
+	var t mirrorapi.ClientTLS
+	var err error
+	if a.caCert != "" {
+		if t.CAPEM, err = os.ReadFile(a.caCert); err != nil {
+			return fmt.Errorf("--ca-cert: %w", err)
+		}
+	}
+	if (a.clientCert == "") != (a.clientKey == "") {
+		return errors.New("--client-cert and --client-key: give both, or neither")
+	}
+	if a.clientCert != "" {
+		if t.CertPEM, err = os.ReadFile(a.clientCert); err != nil {
+			return fmt.Errorf("--client-cert: %w", err)
+		}
+		if t.KeyPEM, err = os.ReadFile(a.clientKey); err != nil {
+			return fmt.Errorf("--client-key: %w", err)
+		}
+	}
+	if err := cl.SetTLS(t); err != nil {
+		if errors.Is(err, mirrorapi.ErrNoCACert) {
+			return fmt.Errorf("--ca-cert %s: %w", a.caCert, err)
+		}
+		return fmt.Errorf("--client-cert %s and --client-key: %w", a.clientCert, err)
+	}
+	return nil
+}
+
+// failingTransport fails every request with err.
+type failingTransport struct{ err error }
+
+func (f failingTransport) RoundTrip(*http.Request) (*http.Response, error) { return nil, f.err }
 
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
@@ -44,7 +102,7 @@ func runDescribe(ctx context.Context, args []string) error {
 	if *output != "table" && *output != "json" {
 		return fmt.Errorf("--output %q: use table or json", *output)
 	}
-	cl := mirrorapi.NewClient(*addr, *token)
+	cl := newClient(*addr, *token)
 	for i := 1; ; i++ {
 		ms, err := cl.Describe(ctx)
 		if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -39,6 +40,10 @@ func devCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	acls := fs.Bool("acls", false, "turn the authorizer on: a principal may do only what ACLs allow (super users excepted)")
 	var superUsers stringsFlag
 	fs.Var(&superUsers, "super-user", "NAME of a --sasl-user that bypasses ACLs, as Kafka's super.users; repeatable")
+	withTLS := fs.Bool("tls", false, "brokers listen with TLS only, with a certificate for localhost and 127.0.0.1 signed by a CA made at start (see --tls-ca-out)")
+	tlsCAOut := fs.String("tls-ca-out", "", "with --tls: write the CA certificate (PEM) to this file, for clients to trust")
+	tlsCert := fs.String("tls-cert", "", "brokers listen with TLS only, presenting this PEM certificate (with --tls-key) instead of a generated one")
+	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -69,6 +74,14 @@ func devCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return fmt.Errorf("--super-user %q is not a --sasl-user; add --sasl-user %s:PASSWORD", s, s)
 		}
 	}
+	switch {
+	case (*tlsCert == "") != (*tlsKey == ""):
+		return errors.New("--tls-cert and --tls-key: give both, or use --tls for a generated certificate")
+	case *tlsCert != "" && *withTLS:
+		return errors.New("--tls generates a certificate and --tls-cert gives one: use one of them")
+	case *tlsCAOut != "" && !*withTLS:
+		return errors.New("--tls-ca-out writes the CA of the certificate --tls generates: add --tls")
+	}
 	level := hclog.LevelFromString(*logLevel)
 	if level == hclog.NoLevel {
 		return fmt.Errorf("--log-level %q is not one of trace, debug, info, warn, error, off", *logLevel)
@@ -96,6 +109,16 @@ func devCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	for _, s := range superUsers {
 		opts = append(opts, devcluster.SuperUser(s))
 	}
+	if *withTLS {
+		opts = append(opts, devcluster.TLS())
+	}
+	if *tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+		if err != nil {
+			return fmt.Errorf("--tls-cert and --tls-key: %w", err)
+		}
+		opts = append(opts, devcluster.TLSCertificate(cert))
+	}
 	c, err := devcluster.Start(opts...)
 	if err != nil {
 		var inUse *devcluster.PortInUseError
@@ -106,12 +129,17 @@ func devCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer c.Close()
+	if *tlsCAOut != "" {
+		if err := os.WriteFile(*tlsCAOut, c.CACertPEM(), 0o644); err != nil {
+			return fmt.Errorf("--tls-ca-out: %w", err)
+		}
+	}
 
 	if _, err := fmt.Fprintf(stdout, "bootstrap: %s\n", c.BootstrapString()); err != nil {
 		return fmt.Errorf("writing the bootstrap line: %w", err)
 	}
 	log.Info("cluster ready", "name", *name, "brokers", *brokers, "strict", !*lenient, "data_dir", *dataDir,
-		"sasl_users", saslUsers.names(), "acls", *acls, "super_users", []string(superUsers))
+		"sasl_users", saslUsers.names(), "acls", *acls, "super_users", []string(superUsers), "tls", *withTLS || *tlsCert != "")
 	<-ctx.Done()
 	log.Info("shutting down")
 	return nil

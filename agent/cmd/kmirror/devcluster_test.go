@@ -3,12 +3,16 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,6 +57,10 @@ func TestDevClusterFlagErrors(t *testing.T) {
 		{[]string{"--sasl-user", "alice:a", "--sasl-user", "alice:b"}, []string{`--sasl-user "alice" is given twice`}},
 		{[]string{"--super-user", ""}, []string{"-super-user", "must not be empty"}},
 		{[]string{"--sasl-user", "alice:a", "--super-user", "root"}, []string{`--super-user "root" is not a --sasl-user`, "--sasl-user root:PASSWORD"}},
+		{[]string{"--tls-cert", "c.pem"}, []string{"--tls-cert and --tls-key: give both"}},
+		{[]string{"--tls", "--tls-cert", "c.pem", "--tls-key", "k.pem"}, []string{"use one of them"}},
+		{[]string{"--tls-ca-out", "ca.pem"}, []string{"--tls-ca-out", "add --tls"}},
+		{[]string{"--tls-cert", "/nonexistent/c.pem", "--tls-key", "/nonexistent/k.pem"}, []string{"--tls-cert and --tls-key: open /nonexistent/c.pem"}},
 		{[]string{"--port", strconv.Itoa(busyPort)}, []string{
 			"--port", fmt.Sprintf("port %d is already in use", busyPort), "try --port"}},
 	} {
@@ -357,4 +365,59 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestDevClusterTLS runs the command with --tls and --tls-ca-out: a client
+// trusting the written CA connects with SCRAM over TLS (SASL_SSL), one
+// without TLS does not.
+func TestDevClusterTLS(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	stdoutR, stdoutW := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- devCluster(ctx, []string{"--port", "0", "--tls", "--tls-ca-out", caFile, "--sasl-user", "alice:alice-pass"}, stdoutW, io.Discard)
+		stdoutW.Close()
+	}()
+	line, err := bufio.NewReader(stdoutR).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the bootstrap line: %v (%v)", err, <-done)
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdoutR) }()
+	bootstrap, _ := strings.CutPrefix(strings.TrimSpace(line), "bootstrap: ")
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		t.Fatalf("--tls-ca-out wrote no certificate: %q", caPEM)
+	}
+	seeds := kgo.SeedBrokers(strings.Split(bootstrap, ",")...)
+	auth := kgo.SASL(scram.Auth{User: "alice", Pass: "alice-pass"}.AsSha512Mechanism())
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer rcancel()
+	cl, err := kgo.NewClient(seeds, auth, kgo.DialTLSConfig(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.Ping(rctx); err != nil {
+		t.Fatalf("SASL_SSL client trusting the CA: %v", err)
+	}
+	plainCl, err := kgo.NewClient(seeds, auth, kgo.RequestRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plainCl.Close()
+	pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
+	defer pcancel()
+	if err := plainCl.Ping(pctx); err == nil {
+		t.Error("a client without TLS connected")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("dev-cluster: %v", err)
+	}
 }

@@ -54,7 +54,7 @@ func lifecycleVerb(verb string) func(ctx context.Context, args []string) error {
 		if len(topics) == 0 {
 			return usageError("--topic TOPIC is required (repeatable)")
 		}
-		cl := mirrorapi.NewClient(*addr, *token)
+		cl := newClient(*addr, *token)
 		var err error
 		switch verb {
 		case "pause":

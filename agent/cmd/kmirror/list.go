@@ -62,7 +62,7 @@ func runList(ctx context.Context, args []string) error {
 	if err := checkOutput(*output); err != nil {
 		return err
 	}
-	ms, err := mirrorapi.NewClient(*addr, *token).Describe(ctx)
+	ms, err := newClient(*addr, *token).Describe(ctx)
 	if err != nil {
 		return err
 	}
@@ -138,7 +138,7 @@ func runOffsets(ctx context.Context, args []string) error {
 	if err := checkOutput(*output); err != nil {
 		return err
 	}
-	out, err := mirrorapi.NewClient(*addr, *token).Offsets(ctx, *mirror, *topic)
+	out, err := newClient(*addr, *token).Offsets(ctx, *mirror, *topic)
 	if err != nil {
 		return err
 	}

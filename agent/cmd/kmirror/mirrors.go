@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/kmirror/kmirror/internal/mirrorapi"
@@ -65,6 +66,7 @@ func runCreate(ctx context.Context, args []string) error {
 	addr, token := agentFlags(fs)
 	mirror := fs.String("mirror", "", "the new mirror's name")
 	bootstrap := fs.String("source-bootstrap", "", "source cluster HOST:PORT,...")
+	security := sourceSecurityFlags(fs)
 	var topics, exclude listFlag
 	fs.Var(&topics, "topic", "a source topic to mirror (repeatable, or comma-separated)")
 	fs.Var(&exclude, "topic-config-exclude", "a topic config not to sync (repeatable; default: the KIP's list)")
@@ -75,7 +77,10 @@ func runCreate(ctx context.Context, args []string) error {
 		return usageError("--source-bootstrap HOST:PORT,... is required")
 	}
 	spec := mirrorapi.MirrorSpec{Name: *mirror, Source: mirrorapi.Source{BootstrapServers: splitList(*bootstrap)}, Topics: topics, TopicConfigExclude: exclude}
-	if _, err := mirrorapi.NewClient(*addr, *token).Create(ctx, spec); err != nil {
+	if err := security.apply(&spec.Source); err != nil {
+		return err
+	}
+	if _, err := newClient(*addr, *token).Create(ctx, spec); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "Created mirror %s with %d topic(s): [%s]\n", *mirror, len(topics), strings.Join(topics, " "))
@@ -87,6 +92,7 @@ func runUpdate(ctx context.Context, args []string) error {
 	addr, token := agentFlags(fs)
 	mirror := fs.String("mirror", "", "the mirror to change")
 	bootstrap := fs.String("source-bootstrap", "", "new source cluster HOST:PORT,... (the mirror reconnects and resumes from the destination's log ends)")
+	security := sourceSecurityFlags(fs)
 	var topics, exclude listFlag
 	fs.Var(&topics, "topic", "a topic to add (repeatable, or comma-separated)")
 	fs.Var(&exclude, "topic-config-exclude", "replace the topic configs not synced (repeatable)")
@@ -96,8 +102,14 @@ func runUpdate(ctx context.Context, args []string) error {
 	if *bootstrap == "" && len(topics) == 0 && len(exclude) == 0 {
 		return usageError("nothing to change: give --source-bootstrap, --topic or --topic-config-exclude")
 	}
-	cl := mirrorapi.NewClient(*addr, *token)
+	if security.given() && *bootstrap == "" {
+		return usageError("--source-* security settings replace the whole source: give --source-bootstrap too")
+	}
+	cl := newClient(*addr, *token)
 	spec := mirrorapi.MirrorSpec{Source: mirrorapi.Source{BootstrapServers: splitList(*bootstrap)}, TopicConfigExclude: exclude}
+	if err := security.apply(&spec.Source); err != nil {
+		return err
+	}
 	if len(topics) > 0 {
 		// PUT takes the whole topic list: the current one plus the new.
 		cur, err := cl.Mirror(ctx, *mirror)
@@ -128,7 +140,7 @@ func runAdd(ctx context.Context, args []string) error {
 	if len(topics) == 0 {
 		return usageError("--topic TOPIC is required (repeatable)")
 	}
-	if _, err := mirrorapi.NewClient(*addr, *token).AddTopics(ctx, *mirror, topics); err != nil {
+	if _, err := newClient(*addr, *token).AddTopics(ctx, *mirror, topics); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "Added %d topic(s) to mirror %s: [%s]\n", len(topics), *mirror, strings.Join(topics, " "))
@@ -143,7 +155,7 @@ func runDelete(ctx context.Context, args []string) error {
 	if err := parse(fs, args, mirror); err != nil {
 		return err
 	}
-	err := mirrorapi.NewClient(*addr, *token).Delete(ctx, *mirror, *force)
+	err := newClient(*addr, *token).Delete(ctx, *mirror, *force)
 	if mirrorapi.IsCode(err, mirrorapi.CodeMirrorHasTopics) {
 		return fmt.Errorf("%w\n(add --force to delete it anyway; destination topics and data stay)", err)
 	}
@@ -151,5 +163,54 @@ func runDelete(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "Deleted mirror %s\n", *mirror)
+	return nil
+}
+
+// securityFlags are create's and update's flags for the source's security
+// protocol, SASL and TLS.
+type securityFlags struct {
+	protocol, mechanism, username, password, passwordFile, caCert *string
+}
+
+func sourceSecurityFlags(fs *flag.FlagSet) securityFlags {
+	return securityFlags{
+		protocol:  fs.String("source-security-protocol", "", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (default: from the SASL and TLS flags given)"),
+		mechanism: fs.String("source-sasl-mechanism", "", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"),
+		username:  fs.String("source-sasl-username", "", "SASL user name"),
+		password: fs.String("source-sasl-password", "", "SASL password as a reference the agent resolves, such as '${env:NAME}' or '${file:PATH:KEY}' "+
+			"(a literal on a command line is seen by other local users: use --source-sasl-password-file for one)"),
+		passwordFile: fs.String("source-sasl-password-file", "", "file holding the SASL password, sent to the agent, which keeps it encrypted (it needs secret_key_file)"),
+		caCert:       fs.String("source-ca-cert", "", "PEM file of the CA that signed the source brokers' certificates, sent to the agent; turns TLS on"),
+	}
+}
+
+func (f securityFlags) given() bool {
+	return *f.protocol != "" || *f.mechanism != "" || *f.username != "" || *f.password != "" || *f.passwordFile != "" || *f.caCert != ""
+}
+
+// apply sets src's security settings from the flags; the agent checks
+// them and names the field at fault.
+func (f securityFlags) apply(src *mirrorapi.Source) error {
+	src.SecurityProtocol = *f.protocol
+	if *f.password != "" && *f.passwordFile != "" {
+		return usageError("--source-sasl-password and --source-sasl-password-file: give one")
+	}
+	if *f.mechanism != "" || *f.username != "" || *f.password != "" || *f.passwordFile != "" {
+		src.SASL = &mirrorapi.SourceSASL{Mechanism: *f.mechanism, Username: *f.username, Password: *f.password}
+		if *f.passwordFile != "" {
+			b, err := os.ReadFile(*f.passwordFile)
+			if err != nil {
+				return fmt.Errorf("--source-sasl-password-file: %w", err)
+			}
+			src.SASL.Password = strings.TrimRight(string(b), "\r\n")
+		}
+	}
+	if *f.caCert != "" {
+		b, err := os.ReadFile(*f.caCert)
+		if err != nil {
+			return fmt.Errorf("--source-ca-cert: %w", err)
+		}
+		src.TLS = &mirrorapi.SourceTLS{CAPEM: string(b)}
+	}
 	return nil
 }

@@ -81,7 +81,7 @@ func runThrottle(ctx context.Context, args []string) error {
 	if err := checkOutput(*output); err != nil {
 		return err
 	}
-	cl := mirrorapi.NewClient(*addr, *token)
+	cl := newClient(*addr, *token)
 	switch {
 	case *remove && (*rate != "" || len(parts) > 0 || *sourceQuota):
 		return usageError("--remove lifts the throttle: give it without --rate, --partition or --source-quota")
