@@ -82,6 +82,9 @@ type mirror struct {
 	roReleased map[string]bool
 	// fenced: the source fences of promotes, by topic.
 	fenced map[string]fenceState
+	// recreating: topics a recover with recreate is deleting and
+	// creating again (recreate.go); topic syncs leave them alone.
+	recreating map[string]bool
 }
 
 func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
@@ -90,7 +93,7 @@ func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
 		topicErrs: map[string]string{}, parts: map[fetcher.TP]*runningPartition{},
 		refresh: make(chan struct{}, 1), done: make(chan struct{}),
 		stopModes: map[fetcher.TP]StopMode{}, stoppedBy: map[fetcher.TP]StopMode{}, promoteBy: map[fetcher.TP]time.Time{}, recoverTPs: map[fetcher.TP]bool{}, recoverTopics: map[string]bool{},
-		ro: map[string]roState{}, roReleased: map[string]bool{}, fenced: map[string]fenceState{},
+		ro: map[string]roState{}, roReleased: map[string]bool{}, fenced: map[string]fenceState{}, recreating: map[string]bool{},
 		ctx: context.Background(),
 	}
 }
@@ -204,6 +207,7 @@ func (m *mirror) runConnected(ctx context.Context) error {
 	t := time.NewTicker(m.c.cfg.RefreshInterval)
 	defer t.Stop()
 	for {
+		m.discoverTopics(fctx, srcAdm)
 		m.syncTopics(fctx, mgr, sourceReader{src, srcMeta}, f)
 		select {
 		case <-ctx.Done():
@@ -221,6 +225,12 @@ func (m *mirror) syncTopics(ctx context.Context, mgr *topics.Manager, source sou
 	names := append([]string(nil), m.spec.Topics...)
 	m.mu.Unlock()
 	for _, topic := range names {
+		m.mu.Lock()
+		recreating := m.recreating[topic]
+		m.mu.Unlock()
+		if recreating {
+			continue
+		}
 		err := m.syncTopic(ctx, mgr, source, f, topic)
 		m.mu.Lock()
 		if err != nil {
@@ -326,7 +336,7 @@ func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 		cfg := partition.Config{
 			Mirror: name, TP: tp, ProducerID: m.rec.ProducerID, Epoch: m.rec.Epoch, KeyedPad: keyed,
 			Fetcher: f, Source: source, Writer: m.c.writer, Checkpoints: checkpoints{m.c, name}, Fillers: m.c.cfg.Fillers,
-			HangingAfter: m.c.cfg.HangingTxnAfter, Recovering: recovering,
+			HangingAfter: m.c.cfg.HangingTxnAfter, Recovering: recovering, Base: m.failbackBase(tp),
 			OnChange: func(st partition.Status) { m.persistPartition(ctx, tp, st) },
 			Logger:   m.log.Named("partition"),
 		}
@@ -429,7 +439,7 @@ func (m *mirror) status() MirrorStatus {
 	byTopic := map[string]*TopicStatus{}
 	for _, t := range m.spec.Topics {
 		ro := m.ro[t]
-		byTopic[t] = &TopicStatus{Name: t, Error: m.topicErrs[t], ReadOnlyEnforced: ro.enforced, ReadOnlyReason: ro.reason}
+		byTopic[t] = &TopicStatus{Name: t, Error: m.topicErrs[t], ReadOnlyEnforced: ro.enforced, ReadOnlyReason: ro.reason, Failback: m.failbackStatus(t)}
 		if f := m.fenced[t]; f.reason != "" {
 			st.Warnings = append(st.Warnings, fmt.Sprintf("topic %s: promote: %s", t, f.reason))
 		}

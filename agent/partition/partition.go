@@ -103,6 +103,12 @@ type Config struct {
 	// asks for a recover again says instead that the destination cannot
 	// be re-aligned.
 	Recovering bool
+	// Base is where a failback took the destination over: the offsets
+	// below it were in the destination log before this mirror wrote it
+	// (the old primary's records, which the source has at the same
+	// offsets), so batches of other producers there are not foreign
+	// writes. 0 for an ordinary mirror topic, which the agent created.
+	Base int64
 	// HangingAfter is how long a source transaction may hold the source's
 	// last stable offset, with the mirror caught up to it, before describe
 	// says so (default 30s).
@@ -525,7 +531,7 @@ func (m *Mirror) recoverSequences(ctx context.Context, dst leaders.Bounds) error
 		foreign         *recordbatch.Header
 	)
 	needTxn := m.data.open
-	err := m.cfg.Writer.ScanTail(ctx, tp.Topic, tp.Partition, dst.LogStart, dst.HighWatermark, func(h recordbatch.Header) bool {
+	err := m.cfg.Writer.ScanTail(ctx, tp.Topic, tp.Partition, max(dst.LogStart, m.cfg.Base), dst.HighWatermark, func(h recordbatch.Header) bool {
 		switch {
 		case h.ProducerID == m.cfg.ProducerID && !h.IsControl():
 			if !gotPlain {
@@ -572,7 +578,7 @@ func (m *Mirror) recoverSequences(ctx context.Context, dst leaders.Bounds) error
 	default:
 		if a, ok := m.cfg.Checkpoints.Alignment(tp); ok && a.Offset >= dst.LogStart {
 			m.seq = a.NextSeq
-		} else if dst.HighWatermark > 0 && dst.LogStart == dst.HighWatermark {
+		} else if dst.HighWatermark > m.cfg.Base && dst.LogStart == dst.HighWatermark {
 			return fail("the destination log is empty at offset %d with no alignment record for it in the state topic; recover the partition to re-align it",
 				dst.HighWatermark)
 		} else {
