@@ -237,7 +237,7 @@ const (
 	// destination diverged and recreate was not given, the topic still
 	// mirrors on the source cluster, ...); the message says what to do.
 	CodeFailbackRefused = "FAILBACK_REFUSED"
-	CodeNotReady               = "COORDINATOR_LOAD_IN_PROGRESS" // the agent is still loading its state
-	CodeNotFound               = "NOT_FOUND"                    // no such route
-	CodeInternal               = "UNKNOWN_SERVER_ERROR"
+	CodeNotReady        = "COORDINATOR_LOAD_IN_PROGRESS" // the agent is still loading its state
+	CodeNotFound        = "NOT_FOUND"                    // no such route
+	CodeInternal        = "UNKNOWN_SERVER_ERROR"
 )
