@@ -269,7 +269,7 @@ func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 	m.mu.Unlock()
 	if m.c.getJSON(topicKey(name, topic), &tr) {
 		if tr.SourceTopicID != srcID && srcID != (topicID{}) && recovering {
-			err := fmt.Errorf("source topic %q was recreated (topic id %s, mirrored %s): a recover cannot re-align it, as the destination holds the old topic's records at the offsets the new one reuses; the destination topic must be recreated (its records moved aside) to mirror the new source topic",
+			err := fmt.Errorf("source topic %q was recreated (topic id %s, mirrored %s): a recover cannot re-align it, as the destination holds the old topic's records at the offsets the new one reuses; the destination topic must be recreated to mirror the new source topic: recover with recreate (kmirror recover --recreate) does it, and the destination's records are lost",
 				topic, info.SourceTopicID, tr.SourceTopicID)
 			m.failTopic(ctx, topic, info.SourcePartitions, err.Error())
 			return err

@@ -429,7 +429,7 @@ func (m *Mirror) Run(ctx context.Context) {
 // recover that did not, cannotAlign replaces it.
 const (
 	recoverHint = "recover the partition to re-align it"
-	cannotAlign = "a recover could not re-align the destination with the source: the destination topic must be recreated (its records moved aside) before this partition can mirror again"
+	cannotAlign = "a recover could not re-align the destination with the source: the destination topic must be recreated before this partition can mirror again: recover with recreate (kmirror recover --recreate) does it, and the destination's records are lost"
 )
 
 // errResync asks Run to rebuild the position from the destination at once.
