@@ -10,7 +10,6 @@ package coordinator
 import (
 	"context"
 	"fmt"
-	"maps"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -56,13 +55,11 @@ func (m *mirror) recreateTopic(ctx context.Context, topic string, targets []targ
 	}
 	// What the agent knew of the old destination topic no longer holds:
 	// its ids, where its logs were cut, where a failback took it over.
-	prefixes := []string{"alignment/" + m.rec.Spec.Name + "/" + topic + "/"}
+	prefix := "alignment/" + m.rec.Spec.Name + "/" + topic + "/"
 	for k := range c.store.All() {
-		for _, p := range prefixes {
-			if strings.HasPrefix(k, p) {
-				if err := c.store.Put(ctx, k, nil); err != nil {
-					return fmt.Errorf("recover with recreate of topic %q: %w", topic, err)
-				}
+		if strings.HasPrefix(k, prefix) {
+			if err := c.store.Put(ctx, k, nil); err != nil {
+				return fmt.Errorf("recover with recreate of topic %q: %w", topic, err)
 			}
 		}
 	}
@@ -112,5 +109,5 @@ func topicOverrides(ctx context.Context, adm *kadm.Client, topic string) (map[st
 			out[cfg.Key] = &v
 		}
 	}
-	return maps.Clone(out), nil
+	return out, nil
 }
