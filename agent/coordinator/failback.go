@@ -85,6 +85,10 @@ type failbackPartition struct {
 	// Base is partition.Config.Base: where this mirror took the
 	// destination log over (0 after a recreate).
 	Base int64 `json:"base"`
+	// DivergentFrom is the first offset where the destination holds what
+	// the source does not: LastMirrored+1, or below it when the records
+	// there differ. Diverged when End > DivergentFrom.
+	DivergentFrom int64 `json:"divergent_from"`
 	// Divergent counts the records copied to the side topic.
 	Divergent int64 `json:"divergent_records,omitempty"`
 }
@@ -180,20 +184,31 @@ func (c *Coordinator) prepareFailback(ctx context.Context, spec MirrorSpec, topi
 		if !ok {
 			lmo = -1 // a partition the source mirror never mirrored
 		}
-		fp := failbackPartition{LastMirrored: lmo, End: end.Offset, Base: end.Offset}
+		fp := failbackPartition{LastMirrored: lmo, End: end.Offset, Base: end.Offset, DivergentFrom: lmo + 1}
 		if end.Offset > lmo+1 {
 			diverged = append(diverged, fmt.Sprintf("partition %d ends at %d, its last mirrored offset is %d (%d offsets written after it)", p, end.Offset, lmo, end.Offset-lmo-1))
+		} else if end.Offset > 0 {
+			// Resuming takes the records below the end for the
+			// source's: check the last of them.
+			at, why, err := c.firstDifference(ctx, srcCl, topic, p, end.Offset)
+			if err != nil {
+				return fmt.Errorf("failback of topic %q: comparing partition %d's records before offset %d with the source: %w", topic, p, end.Offset, err)
+			}
+			if at >= 0 {
+				fp.DivergentFrom = at
+				diverged = append(diverged, fmt.Sprintf("partition %d ends at %d, at or before its last mirrored offset %d, but its records differ from the source's from offset %d (%s)", p, end.Offset, lmo, at, why))
+			}
 		}
 		rec.Partitions[p] = fp
 	}
 	slices.Sort(diverged)
 	if len(diverged) > 0 && !recreate {
-		return failbackRefused(topic, "the destination (the old primary) took records after the last offset mirrored from it: %s. Those records cannot be removed from the log and would sit where the source has other records. Add the topic again with recreate (kmirror add --failback --recreate) to copy them to a side topic %s.kmirror-divergent-<unix time>, recreate the topic and mirror it from the source",
+		return failbackRefused(topic, "the destination (the old primary) holds records the source does not have at the same offsets: %s. Those records cannot be removed from the log and would sit where the source has other records. Add the topic again with recreate (kmirror add --failback --recreate) to copy them to a side topic %s.kmirror-divergent-<unix time>, recreate the topic and mirror it from the source",
 			strings.Join(diverged, "; "), topic)
 	}
 	if len(diverged) > 0 {
 		for p, fp := range rec.Partitions {
-			if fp.End <= fp.LastMirrored+1 {
+			if fp.End <= fp.DivergentFrom {
 				continue
 			}
 			ls, _ := stables.Lookup(topic, p)
@@ -230,6 +245,46 @@ func (c *Coordinator) putFailback(ctx context.Context, mirror, topic string, rec
 		rec.DivergentTopic, rec.DivergentRecords, rec.Recreated = prev.DivergentTopic, prev.DivergentRecords, prev.Recreated
 	}
 	return c.putJSON(ctx, failbackKey(mirror, topic), rec)
+}
+
+// resumeCheckWindow is how many offsets below the resume point a failback
+// compares with the source before it takes them for the source's.
+const resumeCheckWindow = 1024
+
+// firstDifference compares the last resumeCheckWindow offsets below end of
+// the destination partition with the source, with verify at both isolation
+// levels, and returns the first offset where they differ and how, or -1.
+func (c *Coordinator) firstDifference(ctx context.Context, srcCl *kgo.Client, topic string, p int32, end int64) (int64, string, error) {
+	from := max(0, end-resumeCheckWindow)
+	for _, adm := range []*kadm.Client{c.dstAdm, kadm.NewClient(srcCl)} {
+		starts, err := adm.ListStartOffsets(ctx, topic)
+		if err == nil {
+			err = starts.Error()
+		}
+		if err != nil {
+			return -1, "", err
+		}
+		if s, ok := starts.Lookup(topic, p); ok {
+			from = max(from, s.Offset)
+		}
+	}
+	if from >= end {
+		return -1, "", nil
+	}
+	rep, err := verify.Compare(ctx, srcCl, c.dst, verify.Options{Topic: topic, Partitions: []int32{p}, From: from, To: end, KeyAware: true, AllowLag: false, MaxMismatches: -1})
+	if err != nil {
+		return -1, "", err
+	}
+	if rep.OK() {
+		return -1, "", nil
+	}
+	first := rep.Mismatches[0]
+	for _, mm := range rep.Mismatches[1:] {
+		if mm.Offset < first.Offset {
+			first = mm
+		}
+	}
+	return first.Offset, fmt.Sprintf("%s: source %s, destination %s", first.Kind, first.Source, first.Destination), nil
 }
 
 // stoppedOnSource finds, in the state topic of the agent whose destination
@@ -308,14 +363,14 @@ func (c *Coordinator) moveDivergent(ctx context.Context, topic string, partition
 	var total int64
 	for p := range partitions {
 		fp := rec.Partitions[p]
-		if fp.End <= fp.LastMirrored+1 {
+		if fp.End <= fp.DivergentFrom {
 			continue
 		}
 		var (
 			mu         sync.Mutex
 			produceErr error
 		)
-		n, err := verify.ReadRecords(ctx, c.dst, topic, p, fp.LastMirrored+1, fp.End, verify.ReadCommitted, func(r *kgo.Record) error {
+		n, err := verify.ReadRecords(ctx, c.dst, topic, p, fp.DivergentFrom, fp.End, verify.ReadCommitted, func(r *kgo.Record) error {
 			out := &kgo.Record{Topic: side, Partition: p, Key: r.Key, Value: r.Value, Headers: slices.Clone(r.Headers), Timestamp: r.Timestamp}
 			prod.Produce(ctx, out, func(_ *kgo.Record, err error) {
 				mu.Lock()
@@ -336,7 +391,7 @@ func (c *Coordinator) moveDivergent(ctx context.Context, topic string, partition
 		mu.Unlock()
 		if err != nil {
 			return fmt.Errorf("failback of topic %q: copying partition %d's records [%d, %d) to the side topic %q (the topic is left as it was; the side topic may hold a partial copy): %w",
-				topic, p, fp.LastMirrored+1, fp.End, side, err)
+				topic, p, fp.DivergentFrom, fp.End, side, err)
 		}
 		fp.Divergent = n
 		rec.Partitions[p] = fp

@@ -303,3 +303,46 @@ func TestFailbackDivergent(t *testing.T) {
 		t.Errorf("side topic ends %v; want %d records in partition 0 and none in 1", sideEnds, len(want))
 	}
 }
+
+// TestFailbackDiffersBeforeLMO: P ends exactly at the last mirrored offset,
+// but its records are not the ones mirrored (the topic was recreated there
+// and refilled). Resuming would take them for D's: the failback compares
+// the records below the resume point with D's and refuses, naming the first
+// differing offset; with recreate they all go to the side topic.
+func TestFailbackDiffersBeforeLMO(t *testing.T) {
+	p := newPair(t, pairOpts{topic: lifecycleTopic, partitions: 1})
+	a := lifecycleAgent(t, p, true)
+	produceN(t, p.producer(t), lifecycleTopic, 0, 20, "before", false)
+	p.waitMirrored(t, a, lifecycleTopic, failWait)
+	ctx := testCtx(t)
+	if err := a.co.StopTopics(ctx, mirrorName, []string{lifecycleTopic}, coordinator.StopFailover); err != nil {
+		t.Fatal(err)
+	}
+	lmo := waitStates(t, a, lifecycleTopic, 1, partition.Stopped, failWait)[0].LastMirrored
+	deleteTopic(t, p.srcAdm, lifecycleTopic)
+	createTopic(t, p.srcAdm, lifecycleTopic, 1, nil)
+	produceN(t, p.producer(t), lifecycleTopic, 0, int(lmo+1), "imposter", false)
+
+	b := p.startBackAgent(t, false)
+	err := b.co.AddTopicsWith(ctx, mirrorName, coordinator.AddRequest{Topics: []string{lifecycleTopic}, Failback: true})
+	wantMsg := fmt.Sprintf("partition 0 ends at %d, at or before its last mirrored offset %d, but its records differ from the source's from offset 0", lmo+1, lmo)
+	if !errors.Is(err, coordinator.ErrFailbackRefused) || !strings.Contains(err.Error(), wantMsg) {
+		t.Fatalf("failback into a topic with other records: %v; want a refusal saying %q", err, wantMsg)
+	}
+	if err := b.co.AddTopicsWith(ctx, mirrorName, coordinator.AddRequest{Topics: []string{lifecycleTopic}, Failback: true, Recreate: true}); err != nil {
+		t.Fatal(err)
+	}
+	back := p.reversed()
+	back.waitMirrored(t, b, lifecycleTopic, failWait)
+	back.assertSame(t, lifecycleTopic)
+	fb := b.topicStatus(lifecycleTopic).Failback
+	if fb == nil || !fb.Recreated || fb.DivergentRecords != lmo+1 {
+		t.Fatalf("failback in describe: %+v; want recreated with %d records in the side topic", fb, lmo+1)
+	}
+	got := readVisible(t, p.src.Bootstrap(), fb.DivergentTopic, 0, 0, int(lmo+1))
+	for i, r := range got {
+		if want := fmt.Sprintf("imposter %d", i); string(r.value) != want {
+			t.Errorf("side topic record %d: %s, want value %q", i, r, want)
+		}
+	}
+}
