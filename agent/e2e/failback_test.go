@@ -36,6 +36,14 @@ func (p *pair) reversed() *pair {
 // both clusters, and fences with ACLs.
 func (p *pair) startBackAgent(t *testing.T, auth bool) *agent {
 	t.Helper()
+	spec := coordinator.MirrorSpec{Name: mirrorName, Source: coordinator.Source{BootstrapServers: p.dst.Bootstrap()}}
+	return p.runBackAgent(t, auth, &spec)
+}
+
+// runBackAgent runs the failback agent with spec applied, or, with nil,
+// from its state topic (a restart).
+func (p *pair) runBackAgent(t *testing.T, auth bool, spec *coordinator.MirrorSpec) *agent {
+	t.Helper()
 	opts := func(seeds []string) []kgo.Opt {
 		o := []kgo.Opt{kgo.SeedBrokers(seeds...)}
 		if auth {
@@ -54,7 +62,11 @@ func (p *pair) startBackAgent(t *testing.T, auth bool) *agent {
 	if auth {
 		cfg.SourceFence = coordinator.ACLSourceFence{}
 	}
-	run := coordinatortest.Start(t, cfg, coordinator.MirrorSpec{Name: mirrorName, Source: coordinator.Source{BootstrapServers: p.dst.Bootstrap()}})
+	var specs []coordinator.MirrorSpec
+	if spec != nil {
+		specs = append(specs, *spec)
+	}
+	run := coordinatortest.Start(t, cfg, specs...)
 	return &agent{co: run.Coordinator, run: run}
 }
 
@@ -150,10 +162,13 @@ func TestFailbackClean(t *testing.T) {
 	}
 	assertRefused(t, p.src, lifecycleTopic, parts, "while failing back")
 
-	// New writes on D arrive on P at the same offsets.
+	// New writes on D arrive on P at the same offsets, across a restart
+	// of the failback agent too.
+	b.stop()
 	for part := range int32(parts) {
 		produceN(t, app, lifecycleTopic, part, 20, "more on D", false)
 	}
+	b = p.runBackAgent(t, true, nil)
 	back.waitMirrored(t, b, lifecycleTopic, failWait)
 	back.assertSame(t, lifecycleTopic)
 
