@@ -16,11 +16,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/agent/coordinator"
 	"github.com/kmirror/kmirror/agent/coordinator/coordinatortest"
 	"github.com/kmirror/kmirror/agent/partition"
+	"github.com/kmirror/kmirror/agent/readonly"
+	"github.com/kmirror/kmirror/internal/devcluster"
 	"github.com/kmirror/kmirror/internal/verify"
 )
 
@@ -358,6 +362,82 @@ func TestFailbackDiffersBeforeLMO(t *testing.T) {
 	for i, r := range got {
 		if want := fmt.Sprintf("imposter %d", i); string(r.value) != want {
 			t.Errorf("side topic record %d: %s, want value %q", i, r, want)
+		}
+	}
+}
+
+// TestFailbackRemovesFence: the failback agent is not a super user of the
+// old primary P (it has ALLOW ALL there, which the promote's DENY WRITE
+// overrides). The failback removes the fence, mirrors back at identical
+// offsets, and describe says the topic is not read-only and why.
+func TestFailbackRemovesFence(t *testing.T) {
+	const parts = 2
+	const backUser, backPass = "back", "back-pass"
+	p := &pair{
+		src: devcluster.StartT(t, append(securedOpts("src"), devcluster.SASLUser(backUser, backPass),
+			devcluster.KfakeOptions(kfake.SeedTopics(parts, lifecycleTopic)))...),
+		dst: devcluster.StartT(t, securedOpts("dst")...),
+	}
+	p.srcCl = failClient(t, p.srcAgentOpts(true)...)
+	p.dstCl = failClient(t, kgo.SeedBrokers(p.dst.Bootstrap()...), saslPlain(agentUser, agentPass), kgo.MetadataMinAge(100*time.Millisecond))
+	p.srcAdm, p.dstAdm = kadm.NewClient(p.srcCl), kadm.NewClient(p.dstCl)
+	allowApp(t, p.dstAdm, lifecycleTopic)
+	ctx := testCtx(t)
+	// back may do anything on P, but is no super user.
+	allowAll := kadm.NewACLs().Allow("User:"+backUser).AllowHosts("*").Operations(kadm.OpAll).
+		Clusters().Topics("*").Groups("*").TransactionalIDs("*").ResourcePatternType(kadm.ACLPatternLiteral)
+	if rs, err := p.srcAdm.CreateACLs(ctx, allowAll); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, r := range rs {
+			if r.Err != nil {
+				t.Fatalf("creating back's ACLs: %v", r.Err)
+			}
+		}
+	}
+
+	a := p.securedAgent(t, lifecycleTopic, true)
+	src := failClient(t, append(p.srcAgentOpts(true), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	for part := range int32(parts) {
+		produceN(t, src, lifecycleTopic, part, 25, "before", false)
+	}
+	p.waitMirrored(t, a, lifecycleTopic, failWait)
+	if err := a.co.StopTopics(ctx, mirrorName, []string{lifecycleTopic}, coordinator.StopPromote); err != nil {
+		t.Fatal(err)
+	}
+	waitStates(t, a, lifecycleTopic, parts, partition.Stopped, failWait)
+	assertRefused(t, p.src, lifecycleTopic, parts, "after the promote")
+	app := appClient(t, p.dst)
+	for part := range int32(parts) {
+		produceN(t, app, lifecycleTopic, part, 15, "on D", false)
+	}
+
+	cfg := coordinator.Config{
+		Destination:     []kgo.Opt{kgo.SeedBrokers(p.src.Bootstrap()...), saslPlain(backUser, backPass)},
+		SourceOpts:      func(s coordinator.Source) []kgo.Opt { return []kgo.Opt{kgo.SeedBrokers(s.BootstrapServers...), saslPlain(agentUser, agentPass)} },
+		RefreshInterval: 200 * time.Millisecond,
+		Logger:          testLogger(t, "back"),
+	}
+	run := coordinatortest.Start(t, cfg, coordinator.MirrorSpec{Name: mirrorName, Source: coordinator.Source{BootstrapServers: p.dst.Bootstrap()}})
+	b := &agent{co: run.Coordinator, run: run}
+	if err := b.co.AddTopicsWith(ctx, mirrorName, coordinator.AddRequest{Topics: []string{lifecycleTopic}, Failback: true}); err != nil {
+		t.Fatalf("failback by an agent that is not a super user of P: %v", err)
+	}
+	back := p.reversed()
+	back.waitMirrored(t, b, lifecycleTopic, failWait)
+	back.assertSame(t, lifecycleTopic)
+	ts := b.topicStatus(lifecycleTopic)
+	if ts.ReadOnlyEnforced || !strings.Contains(ts.ReadOnlyReason, "super user") {
+		t.Errorf("read-only %v (%q); want false, saying the agent is not a super user", ts.ReadOnlyEnforced, ts.ReadOnlyReason)
+	}
+	acls, err := p.srcAdm.DescribeACLs(ctx, kadm.NewACLs().Topics(lifecycleTopic).ResourcePatternType(kadm.ACLPatternLiteral).
+		Deny(readonly.Principal).DenyHosts("*").Operations(kadm.OpWrite))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range acls {
+		if r.Err != nil || len(r.Described) != 0 {
+			t.Errorf("the promote's DENY WRITE on P is still there: %+v", r)
 		}
 	}
 }
