@@ -458,6 +458,7 @@ func (m *mirror) failbackStatus(topic string) *mirrorapi.Failback {
 	out := &mirrorapi.Failback{
 		SourceMirror: rec.SourceMirror, Recreated: rec.Recreated,
 		DivergentTopic: rec.DivergentTopic, DivergentRecords: rec.DivergentRecords,
+		Partitions: []mirrorapi.FailbackPartition{},
 	}
 	for _, p := range slices.Sorted(maps.Keys(rec.Partitions)) {
 		fp := rec.Partitions[p]

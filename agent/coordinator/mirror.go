@@ -432,7 +432,7 @@ func (m *mirror) persistPartition(ctx context.Context, tp fetcher.TP, st partiti
 func (m *mirror) status() MirrorStatus {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	st := MirrorStatus{Name: m.spec.Name, Source: m.spec.Source, Error: m.err, Warnings: slices.Clone(m.warnings), StateCounts: map[partition.State]int{}}
+	st := MirrorStatus{Name: m.spec.Name, Source: m.spec.Source, TopicRegex: slices.Clone(m.spec.TopicRegex), Error: m.err, Warnings: slices.Clone(m.warnings), StateCounts: map[partition.State]int{}}
 	if m.fetch != nil {
 		st.BufferedBytes = m.fetch.Buffered()
 	}

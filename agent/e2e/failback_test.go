@@ -384,7 +384,7 @@ func TestFailbackRemovesFence(t *testing.T) {
 	allowApp(t, p.dstAdm, lifecycleTopic)
 	ctx := testCtx(t)
 	// back may do anything on P, but is no super user.
-	allowAll := kadm.NewACLs().Allow("User:"+backUser).AllowHosts("*").Operations(kadm.OpAll).
+	allowAll := kadm.NewACLs().Allow("User:" + backUser).AllowHosts("*").Operations(kadm.OpAll).
 		Clusters().Topics("*").Groups("*").TransactionalIDs("*").ResourcePatternType(kadm.ACLPatternLiteral)
 	if rs, err := p.srcAdm.CreateACLs(ctx, allowAll); err != nil {
 		t.Fatal(err)
@@ -413,8 +413,10 @@ func TestFailbackRemovesFence(t *testing.T) {
 	}
 
 	cfg := coordinator.Config{
-		Destination:     []kgo.Opt{kgo.SeedBrokers(p.src.Bootstrap()...), saslPlain(backUser, backPass)},
-		SourceOpts:      func(s coordinator.Source) []kgo.Opt { return []kgo.Opt{kgo.SeedBrokers(s.BootstrapServers...), saslPlain(agentUser, agentPass)} },
+		Destination: []kgo.Opt{kgo.SeedBrokers(p.src.Bootstrap()...), saslPlain(backUser, backPass)},
+		SourceOpts: func(s coordinator.Source) []kgo.Opt {
+			return []kgo.Opt{kgo.SeedBrokers(s.BootstrapServers...), saslPlain(agentUser, agentPass)}
+		},
 		RefreshInterval: 200 * time.Millisecond,
 		Logger:          testLogger(t, "back"),
 	}

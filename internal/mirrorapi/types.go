@@ -32,6 +32,9 @@ type Mirror struct {
 	Name   string  `json:"name"`
 	Source Source  `json:"source"`
 	Topics []Topic `json:"topics"`
+	// TopicRegex are the mirror's topic regular expressions: source
+	// topics that match are added to Topics as they appear.
+	TopicRegex []string `json:"topic_regex,omitempty"`
 	// Error is why the mirror is not running (for example a preflight
 	// refusal or an unreachable source), empty when it runs.
 	Error    string   `json:"error,omitempty"`
