@@ -522,7 +522,8 @@ func (m *Mirror) resync(ctx context.Context) error {
 // recoverSequences finds each writer's next sequence from the destination
 // log: the plain writer's from its last batch (or, when the log holds none,
 // from the alignment checkpoint), the open transaction's from its last batch.
-// A batch of a producer id the agent does not own is a foreign write.
+// A batch of a producer id the agent does not own is a foreign write (at
+// or above Config.Base: a failback resumes over the old primary's records).
 func (m *Mirror) recoverSequences(ctx context.Context, dst leaders.Bounds) error {
 	tp := m.cfg.TP
 	var (
