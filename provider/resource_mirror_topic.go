@@ -85,7 +85,7 @@ const stateDescription = "Desired state of the topic: `mirroring` (the default),
 	"records not mirrored yet stay on the source only) or `promoted` (mirroring ends once the destination has everything " +
 	"the source acknowledged: lag 0, RPO 0). A stopped or promoted topic is an ordinary writable topic on the destination " +
 	"and never mirrors again: changing `state` back fails at plan time (to mirror the other way, fail back with a mirror " +
-	"in the other direction). A change of state waits until every partition holds it, within the `timeouts` block, " +
+	"in the other direction, `kmirror add --failback`). A change of state waits until every partition holds it, within the `timeouts` block, " +
 	"and the final offsets are in `partitions`.\n\n" +
 	"Read reports what the agent says: a topic paused or stopped outside Terraform shows up as a planned change. " +
 	"Besides the four values above it can report `stopping` (a stop under way), `failed` (some partition failed: " +
@@ -154,9 +154,10 @@ func (r *mirrorTopicResource) Configure(_ context.Context, req resource.Configur
 
 // failbackHint is what to do instead of mirroring a stopped topic again.
 const failbackHint = "A stopped topic is writable on the destination and its mirror has ended for good: it cannot mirror, " +
-	"pause or be promoted again. To mirror it back, fail back: create a kafka_cluster_mirror in the other direction " +
-	"(on an agent next to the old source cluster) with a kafka_mirror_topic for it, and once it has caught up, promote " +
-	"that one. To keep this resource, set state to %q again."
+	"pause or be promoted again. To mirror it back, fail back with a mirror in the other direction: on an agent whose " +
+	"destination is the old source cluster, with a mirror reading this cluster, add the topic with " +
+	"`kmirror add --mirror MIRROR --topic TOPIC --failback` (it resumes at the last mirrored offset; the provider cannot " +
+	"fail back yet), and once it has caught up, promote it there. To keep this resource, set state to %q again."
 
 // checkTransition says why a plan cannot move a topic from state from to
 // state to, "" when it can. It is the plan-time side of the agent's rule
@@ -179,7 +180,7 @@ func checkTransition(from, to string) (summary, detail string) {
 			return fmt.Sprintf("Cannot change a stopping topic to %s", to),
 				"A stop is under way (started outside this configuration, or by an earlier apply that timed out): " +
 					"the topic becomes writable on the destination and cannot mirror again. Set state to \"stopped\" " +
-					"(which completes it as a failover) or \"promoted\"; to mirror back, fail back with a mirror in the other direction."
+					"(which completes it as a failover) or \"promoted\"; to mirror back, fail back with a mirror in the other direction (kmirror add --failback)."
 		}
 	}
 	return "", ""

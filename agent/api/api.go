@@ -49,6 +49,10 @@ type Backend interface {
 	Throttle(name string) (mirrorapi.Throttle, error)
 	SetThrottle(ctx context.Context, name string, t mirrorapi.Throttle) error
 	RemoveThrottle(ctx context.Context, name string) error
+	// AddTopicsWith adds topics, topic regexes or a failback.
+	AddTopicsWith(ctx context.Context, name string, req coordinator.AddRequest) error
+	// RecoverTopicsWith is RecoverTopics, with recreate.
+	RecoverTopicsWith(ctx context.Context, name string, topics []string, recreate bool) error
 	// Running says whether the state topic is loaded and mirrors run.
 	Running() bool
 }
@@ -272,7 +276,7 @@ func (s *Server) create(b Backend, w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &in) {
 		return
 	}
-	spec := coordinator.MirrorSpec{Name: in.Name, Source: in.Source, Topics: in.Topics, TopicConfigExclude: in.TopicConfigExclude}
+	spec := coordinator.MirrorSpec{Name: in.Name, Source: in.Source, Topics: in.Topics, TopicConfigExclude: in.TopicConfigExclude, TopicRegex: in.TopicRegex}
 	if err := b.Create(r.Context(), spec); err != nil {
 		s.fail(w, err)
 		return
@@ -314,6 +318,9 @@ func (s *Server) update(b Backend, w http.ResponseWriter, r *http.Request) {
 	if in.TopicConfigExclude != nil {
 		spec.TopicConfigExclude = in.TopicConfigExclude
 	}
+	if in.TopicRegex != nil {
+		spec.TopicRegex = in.TopicRegex
+	}
 	if err := b.Update(r.Context(), spec); err != nil {
 		s.fail(w, err)
 		return
@@ -348,11 +355,12 @@ func (s *Server) addTopics(b Backend, w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &in) {
 		return
 	}
-	if err := b.AddTopics(r.Context(), name, in.Topics); err != nil {
+	req := coordinator.AddRequest{Topics: in.Topics, TopicRegex: in.TopicRegex, Failback: in.Failback, Recreate: in.Recreate}
+	if err := b.AddTopicsWith(r.Context(), name, req); err != nil {
 		s.fail(w, err)
 		return
 	}
-	s.log.Info("topics added", "mirror", name, "topics", in.Topics)
+	s.log.Info("topics added", "mirror", name, "topics", in.Topics, "topic_regex", in.TopicRegex, "failback", in.Failback, "recreate", in.Recreate)
 	if m, ok := s.mirror(b, w, name); ok {
 		writeJSON(w, http.StatusOK, m)
 	}
@@ -386,15 +394,27 @@ func (s *Server) offsets(b Backend, w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) pauseTopics(b Backend, w http.ResponseWriter, r *http.Request) {
-	s.lifecycle(b, w, r, "pause", b.PauseTopics)
+	s.lifecycle(b, w, r, "pause", topicsOnly("pause", b.PauseTopics))
 }
 
 func (s *Server) resumeTopics(b Backend, w http.ResponseWriter, r *http.Request) {
-	s.lifecycle(b, w, r, "resume", b.ResumeTopics)
+	s.lifecycle(b, w, r, "resume", topicsOnly("resume", b.ResumeTopics))
+}
+
+// topicsOnly adapts an operation that takes topics only, refusing recreate.
+func topicsOnly(verb string, op func(context.Context, string, []string) error) func(context.Context, string, mirrorapi.TopicsRequest) error {
+	return func(ctx context.Context, name string, in mirrorapi.TopicsRequest) error {
+		if in.Recreate {
+			return &coordinator.InvalidSpecError{Err: fmt.Errorf("recreate: applies to recover only, not to %s", verb)}
+		}
+		return op(ctx, name, in.Topics)
+	}
 }
 
 func (s *Server) recoverTopics(b Backend, w http.ResponseWriter, r *http.Request) {
-	s.lifecycle(b, w, r, "recover", b.RecoverTopics)
+	s.lifecycle(b, w, r, "recover", func(ctx context.Context, name string, in mirrorapi.TopicsRequest) error {
+		return b.RecoverTopicsWith(ctx, name, in.Topics, in.Recreate)
+	})
 }
 
 func (s *Server) stopTopics(b Backend, w http.ResponseWriter, r *http.Request) {
@@ -424,13 +444,13 @@ func (s *Server) stopTopics(b Backend, w http.ResponseWriter, r *http.Request) {
 
 // lifecycle serves pause, resume and recover: the operation is accepted
 // (202) and describe shows its progress.
-func (s *Server) lifecycle(b Backend, w http.ResponseWriter, r *http.Request, verb string, op func(context.Context, string, []string) error) {
+func (s *Server) lifecycle(b Backend, w http.ResponseWriter, r *http.Request, verb string, op func(context.Context, string, mirrorapi.TopicsRequest) error) {
 	var in mirrorapi.TopicsRequest
 	if !decode(w, r, &in) || !checkTopics(w, in.Topics, verb) {
 		return
 	}
 	name := r.PathValue("name")
-	if err := op(r.Context(), name, in.Topics); err != nil {
+	if err := op(r.Context(), name, in); err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -501,6 +521,8 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 	switch {
 	case errors.As(err, &transition):
 		writeError(w, http.StatusConflict, mirrorapi.CodeInvalidStateTransition, err.Error())
+	case errors.Is(err, coordinator.ErrFailbackRefused):
+		writeError(w, http.StatusConflict, mirrorapi.CodeFailbackRefused, err.Error())
 	case errors.Is(err, coordinator.ErrUnknownTopic):
 		writeError(w, http.StatusNotFound, mirrorapi.CodeUnknownTopic, err.Error())
 	case errors.As(err, &invalid):

@@ -113,7 +113,7 @@ func TestTopicLifecycle(t *testing.T) {
 	_ = o
 	for _, op := range []string{"resume", "pause", "recover"} {
 		call(op, `{"topics":["events"]}`, 409, mirrorapi.CodeInvalidStateTransition,
-			"topic events is STOPPED: a stopped topic is writable on the destination and cannot mirror again; to mirror back, create a mirror in the other direction (failback)")
+			"topic events is STOPPED: a stopped topic is writable on the destination and cannot mirror again; to mirror it back, add it with failback to a mirror in the other direction (kmirror add --failback)")
 	}
 	call("stop", `{"topics":["events"],"mode":"promote"}`, 202, "", "") // already stopped
 	// An operation on two topics where one refuses changes neither.

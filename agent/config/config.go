@@ -113,6 +113,9 @@ type Mirror struct {
 	Source             *Cluster `hcl:"source,block"`
 	Topics             []string `hcl:"topics,optional"`
 	TopicConfigExclude []string `hcl:"topic_config_exclude,optional"`
+	// TopicRegex mirrors every source topic whose whole name matches one
+	// of these regular expressions (Go RE2), also those created later.
+	TopicRegex []string `hcl:"topic_regex,optional"`
 }
 
 // Load reads and checks a configuration file.
@@ -219,7 +222,7 @@ func (f *File) RefreshInterval() time.Duration {
 
 // Spec returns the mirror as the coordinator takes it.
 func (m Mirror) Spec() coordinator.MirrorSpec {
-	s := coordinator.MirrorSpec{Name: m.Name, Topics: m.Topics, TopicConfigExclude: m.TopicConfigExclude}
+	s := coordinator.MirrorSpec{Name: m.Name, Topics: m.Topics, TopicConfigExclude: m.TopicConfigExclude, TopicRegex: m.TopicRegex}
 	if m.Source != nil {
 		s.Source = m.Source.Conn()
 	}

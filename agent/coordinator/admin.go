@@ -131,6 +131,28 @@ func (c *Coordinator) Update(ctx context.Context, spec MirrorSpec) error {
 // AddTopics adds topics to mirror name. Topics it already mirrors are
 // refused, so that a repeated call says so instead of passing silently.
 func (c *Coordinator) AddTopics(ctx context.Context, name string, topics []string) error {
+	return c.AddTopicsWith(ctx, name, AddRequest{Topics: topics})
+}
+
+// AddRequest is what AddTopicsWith adds to a mirror.
+type AddRequest struct {
+	Topics []string
+	// TopicRegex are added to the spec's TopicRegex: matching source
+	// topics are added at the next metadata refresh, and at every one
+	// after.
+	TopicRegex []string
+	// Failback mirrors Topics back into the destination they were
+	// mirrored from (failback.go); Recreate lets it recreate topics that
+	// took records after the last mirrored offset.
+	Failback, Recreate bool
+}
+
+// AddTopicsWith adds topics, topic regexes or a failback to mirror name.
+// Topics and regexes it already has are refused, so that a repeated call
+// says so instead of passing silently. A failback is prepared (checked,
+// and with Recreate the divergent records moved aside) before the topics
+// are added; when it is refused nothing changes.
+func (c *Coordinator) AddTopicsWith(ctx context.Context, name string, req AddRequest) error {
 	adminMu.Lock()
 	defer adminMu.Unlock()
 	rec, ok, err := c.record(name)
@@ -140,18 +162,40 @@ func (c *Coordinator) AddTopics(ctx context.Context, name string, topics []strin
 	if !ok {
 		return fmt.Errorf("mirror %q: %w", name, ErrMirrorNotFound)
 	}
-	if len(topics) == 0 {
-		return invalid("topics: give at least one topic to add")
+	switch {
+	case len(req.Topics) == 0 && len(req.TopicRegex) == 0:
+		return invalid("topics: give at least one topic (or topic_regex) to add")
+	case req.Recreate && !req.Failback:
+		return invalid("recreate: applies to a failback (failback: true); to recreate the destination of a FAILED topic, recover it with recreate")
+	case req.Failback && len(req.TopicRegex) > 0:
+		return invalid("topic_regex: a failback names its topics; give them in topics")
+	case req.Failback && len(req.Topics) == 0:
+		return invalid("topics: give the topics to fail back")
 	}
-	for _, t := range topics {
+	for _, t := range req.Topics {
 		if slices.Contains(rec.Spec.Topics, t) {
 			return invalid("topics: %q is already mirrored by mirror %q", t, name)
 		}
 	}
+	for _, re := range req.TopicRegex {
+		if slices.Contains(rec.Spec.TopicRegex, re) {
+			return invalid("topic_regex: %q is already in mirror %q", re, name)
+		}
+	}
 	spec := rec.Spec
-	spec.Topics = append(slices.Clone(spec.Topics), topics...)
+	spec.Topics = append(slices.Clone(spec.Topics), req.Topics...)
+	spec.TopicRegex = append(slices.Clone(spec.TopicRegex), req.TopicRegex...)
 	if err := c.check(spec); err != nil {
 		return err
+	}
+	if req.Failback {
+		for _, check := range []bool{true, false} {
+			for _, t := range req.Topics {
+				if err := c.prepareFailback(ctx, spec, t, req.Recreate, check); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	return c.Apply(ctx, spec)
 }

@@ -43,6 +43,10 @@ type MirrorSpec struct {
 	// TopicConfigExclude is mirror.topic.properties.exclude; nil means the
 	// KIP's default list.
 	TopicConfigExclude []string `json:"topic_config_exclude,omitempty"`
+	// TopicRegex are regular expressions (Go RE2) that match whole source
+	// topic names, like Kafka's mirror.topics.include: matching topics are
+	// added to Topics at every metadata refresh (topics.go).
+	TopicRegex []string `json:"topic_regex,omitempty"`
 }
 
 var mirrorName = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,200}$`)
@@ -77,6 +81,7 @@ func (s MirrorSpec) Validate() error {
 		}
 		seen[t] = true
 	}
+	errs = append(errs, validateTopicRegex(s.TopicRegex)...)
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid mirror %q: %s", s.Name, strings.Join(errs, "; "))
 	}

@@ -111,6 +111,17 @@ func (c *Coordinator) RecoverTopics(ctx context.Context, name string, topics []s
 	return c.lifecycle(ctx, name, topics, partition.OpRecover)
 }
 
+// RecoverTopicsWith is RecoverTopics; with recreate, for topics whose
+// partitions are all FAILED, it deletes each destination topic and creates
+// it again with the same partitions and configs, then mirrors it from the
+// source's log start (recreate.go).
+func (c *Coordinator) RecoverTopicsWith(ctx context.Context, name string, topics []string, recreate bool) error {
+	if recreate {
+		return c.lifecycle(ctx, name, topics, partition.OpRecoverRecreate)
+	}
+	return c.lifecycle(ctx, name, topics, partition.OpRecover)
+}
+
 // target is one partition an operation moves.
 type target struct {
 	tp       fetcher.TP
@@ -175,6 +186,15 @@ func (c *Coordinator) lifecycle(ctx context.Context, name string, topics []strin
 		}
 	}
 	m.log.Info("lifecycle operation", "op", op, "topics", topics, "partitions", len(targets))
+	if op == partition.OpRecoverRecreate {
+		for _, t := range topics {
+			if err := m.recreateTopic(ctx, t, targets); err != nil {
+				return err
+			}
+		}
+		m.kick()
+		return nil
+	}
 	done := make(chan struct{}, len(targets))
 	n := 0
 	for _, tg := range targets {

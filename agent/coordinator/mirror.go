@@ -89,6 +89,9 @@ type mirror struct {
 	throttle     *fetcher.Throttle
 	throttleSpec *mirrorapi.Throttle // what describe shows, nil: none
 	counters     *fetcher.Counters
+	// recreating: topics a recover with recreate is deleting and
+	// creating again (recreate.go); topic syncs leave them alone.
+	recreating map[string]bool
 }
 
 func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
@@ -97,7 +100,7 @@ func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
 		topicErrs: map[string]string{}, parts: map[fetcher.TP]*runningPartition{},
 		refresh: make(chan struct{}, 1), done: make(chan struct{}),
 		stopModes: map[fetcher.TP]StopMode{}, stoppedBy: map[fetcher.TP]StopMode{}, promoteBy: map[fetcher.TP]time.Time{}, recoverTPs: map[fetcher.TP]bool{}, recoverTopics: map[string]bool{},
-		ro: map[string]roState{}, roReleased: map[string]bool{}, fenced: map[string]fenceState{},
+		ro: map[string]roState{}, roReleased: map[string]bool{}, fenced: map[string]fenceState{}, recreating: map[string]bool{},
 		ctx:      context.Background(),
 		throttle: fetcher.NewThrottle(), counters: &fetcher.Counters{},
 	}
@@ -216,6 +219,7 @@ func (m *mirror) runConnected(ctx context.Context) error {
 	t := time.NewTicker(m.c.cfg.RefreshInterval)
 	defer t.Stop()
 	for {
+		m.discoverTopics(fctx, srcAdm)
 		m.syncTopics(fctx, mgr, sourceReader{src, srcMeta}, f)
 		select {
 		case <-ctx.Done():
@@ -233,6 +237,12 @@ func (m *mirror) syncTopics(ctx context.Context, mgr *topics.Manager, source sou
 	names := append([]string(nil), m.spec.Topics...)
 	m.mu.Unlock()
 	for _, topic := range names {
+		m.mu.Lock()
+		recreating := m.recreating[topic]
+		m.mu.Unlock()
+		if recreating {
+			continue
+		}
 		err := m.syncTopic(ctx, mgr, source, f, topic)
 		m.mu.Lock()
 		if err != nil {
@@ -271,7 +281,7 @@ func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 	m.mu.Unlock()
 	if m.c.getJSON(topicKey(name, topic), &tr) {
 		if tr.SourceTopicID != srcID && srcID != (topicID{}) && recovering {
-			err := fmt.Errorf("source topic %q was recreated (topic id %s, mirrored %s): a recover cannot re-align it, as the destination holds the old topic's records at the offsets the new one reuses; the destination topic must be recreated (its records moved aside) to mirror the new source topic",
+			err := fmt.Errorf("source topic %q was recreated (topic id %s, mirrored %s): a recover cannot re-align it, as the destination holds the old topic's records at the offsets the new one reuses; the destination topic must be recreated to mirror the new source topic: recover with recreate (kmirror recover --recreate) does it, and the destination's records are lost",
 				topic, info.SourceTopicID, tr.SourceTopicID)
 			m.failTopic(ctx, topic, info.SourcePartitions, err.Error())
 			return err
@@ -338,7 +348,7 @@ func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 		cfg := partition.Config{
 			Mirror: name, TP: tp, ProducerID: m.rec.ProducerID, Epoch: m.rec.Epoch, KeyedPad: keyed,
 			Fetcher: f, Source: source, Writer: m.c.writer, Checkpoints: checkpoints{m.c, name}, Fillers: m.c.cfg.Fillers,
-			HangingAfter: m.c.cfg.HangingTxnAfter, Recovering: recovering,
+			HangingAfter: m.c.cfg.HangingTxnAfter, Recovering: recovering, Base: m.failbackBase(tp),
 			OnChange: func(st partition.Status) { m.persistPartition(ctx, tp, st) },
 			Logger:   m.log.Named("partition"),
 		}
@@ -434,7 +444,7 @@ func (m *mirror) persistPartition(ctx context.Context, tp fetcher.TP, st partiti
 func (m *mirror) status() MirrorStatus {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	st := MirrorStatus{Name: m.spec.Name, Source: kafkaconn.Redact(m.spec.Source), Error: m.err, Warnings: slices.Clone(m.warnings), StateCounts: map[partition.State]int{}}
+	st := MirrorStatus{Name: m.spec.Name, Source: kafkaconn.Redact(m.spec.Source), TopicRegex: slices.Clone(m.spec.TopicRegex), Error: m.err, Warnings: slices.Clone(m.warnings), StateCounts: map[partition.State]int{}}
 	if m.fetch != nil {
 		st.BufferedBytes = m.fetch.Buffered()
 	}
@@ -442,7 +452,7 @@ func (m *mirror) status() MirrorStatus {
 	byTopic := map[string]*TopicStatus{}
 	for _, t := range m.spec.Topics {
 		ro := m.ro[t]
-		byTopic[t] = &TopicStatus{Name: t, Error: m.topicErrs[t], ReadOnlyEnforced: ro.enforced, ReadOnlyReason: ro.reason}
+		byTopic[t] = &TopicStatus{Name: t, Error: m.topicErrs[t], ReadOnlyEnforced: ro.enforced, ReadOnlyReason: ro.reason, Failback: m.failbackStatus(t)}
 		if f := m.fenced[t]; f.reason != "" {
 			st.Warnings = append(st.Warnings, fmt.Sprintf("topic %s: promote: %s", t, f.reason))
 		}

@@ -103,6 +103,12 @@ type Config struct {
 	// asks for a recover again says instead that the destination cannot
 	// be re-aligned.
 	Recovering bool
+	// Base is where a failback took the destination over: the offsets
+	// below it were in the destination log before this mirror wrote it
+	// (the old primary's records, which the source has at the same
+	// offsets), so batches of other producers there are not foreign
+	// writes. 0 for an ordinary mirror topic, which the agent created.
+	Base int64
 	// HangingAfter is how long a source transaction may hold the source's
 	// last stable offset, with the mirror caught up to it, before describe
 	// says so (default 30s).
@@ -423,7 +429,7 @@ func (m *Mirror) Run(ctx context.Context) {
 // recover that did not, cannotAlign replaces it.
 const (
 	recoverHint = "recover the partition to re-align it"
-	cannotAlign = "a recover could not re-align the destination with the source: the destination topic must be recreated (its records moved aside) before this partition can mirror again"
+	cannotAlign = "a recover could not re-align the destination with the source: the destination topic must be recreated before this partition can mirror again: recover with recreate (kmirror recover --recreate) does it, and the destination's records are lost"
 )
 
 // errResync asks Run to rebuild the position from the destination at once.
@@ -516,7 +522,8 @@ func (m *Mirror) resync(ctx context.Context) error {
 // recoverSequences finds each writer's next sequence from the destination
 // log: the plain writer's from its last batch (or, when the log holds none,
 // from the alignment checkpoint), the open transaction's from its last batch.
-// A batch of a producer id the agent does not own is a foreign write.
+// A batch of a producer id the agent does not own is a foreign write (at
+// or above Config.Base: a failback resumes over the old primary's records).
 func (m *Mirror) recoverSequences(ctx context.Context, dst leaders.Bounds) error {
 	tp := m.cfg.TP
 	var (
@@ -525,7 +532,7 @@ func (m *Mirror) recoverSequences(ctx context.Context, dst leaders.Bounds) error
 		foreign         *recordbatch.Header
 	)
 	needTxn := m.data.open
-	err := m.cfg.Writer.ScanTail(ctx, tp.Topic, tp.Partition, dst.LogStart, dst.HighWatermark, func(h recordbatch.Header) bool {
+	err := m.cfg.Writer.ScanTail(ctx, tp.Topic, tp.Partition, max(dst.LogStart, m.cfg.Base), dst.HighWatermark, func(h recordbatch.Header) bool {
 		switch {
 		case h.ProducerID == m.cfg.ProducerID && !h.IsControl():
 			if !gotPlain {
@@ -572,7 +579,7 @@ func (m *Mirror) recoverSequences(ctx context.Context, dst leaders.Bounds) error
 	default:
 		if a, ok := m.cfg.Checkpoints.Alignment(tp); ok && a.Offset >= dst.LogStart {
 			m.seq = a.NextSeq
-		} else if dst.HighWatermark > 0 && dst.LogStart == dst.HighWatermark {
+		} else if dst.HighWatermark > m.cfg.Base && dst.LogStart == dst.HighWatermark {
 			return fail("the destination log is empty at offset %d with no alignment record for it in the state topic; recover the partition to re-align it",
 				dst.HighWatermark)
 		} else {

@@ -2,6 +2,7 @@ package partition
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
@@ -30,7 +31,14 @@ const (
 	OpStopFailover Op = "stop (failover)"
 	OpStopPromote  Op = "stop (promote)"
 	OpRecover      Op = "recover"
+	// OpRecoverRecreate is recover with recreate: the destination topic
+	// is deleted and created again, and mirrored from the source's log
+	// start. It deletes every partition, so every one must be FAILED.
+	OpRecoverRecreate Op = "recover (recreate)"
 )
+
+// Ops lists every lifecycle operation, in the order messages name them.
+var Ops = []Op{OpPause, OpResume, OpStopFailover, OpStopPromote, OpRecover, OpRecoverRecreate}
 
 // TransitionError is a refused lifecycle operation; its message says what
 // the state allows instead.
@@ -41,6 +49,8 @@ type TransitionError struct {
 	From    State
 	Op      Op
 	Msg     string
+	// Allowed are the operations that move From elsewhere (Allowed).
+	Allowed []Op
 }
 
 func (e *TransitionError) Error() string {
@@ -48,12 +58,33 @@ func (e *TransitionError) Error() string {
 	if s == "" {
 		s = "the partition"
 	}
-	return fmt.Sprintf("%s is %s: %s", s, e.From, e.Msg)
+	allowed := "nothing else applies to it; stopping it again does nothing"
+	if len(e.Allowed) > 0 {
+		names := make([]string, len(e.Allowed))
+		for i, op := range e.Allowed {
+			names[i] = string(op)
+		}
+		allowed = "allowed from " + string(e.From) + ": " + strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s is %s: %s (%s)", s, e.From, e.Msg, allowed)
+}
+
+// Allowed lists the operations that move a partition in state from to
+// another state (repeating one whose target is reached, such as pause when
+// PAUSED, is allowed too but not listed).
+func Allowed(from State) []Op {
+	var out []Op
+	for _, op := range Ops {
+		if to, err := transition(from, op); err == nil && to != from {
+			out = append(out, op)
+		}
+	}
+	return out
 }
 
 // stoppedMsg is why nothing but a (repeated) stop applies to a stopped
 // partition.
-const stoppedMsg = "a stopped topic is writable on the destination and cannot mirror again; to mirror back, create a mirror in the other direction (failback)"
+const stoppedMsg = "a stopped topic is writable on the destination and cannot mirror again; to mirror it back, add it with failback to a mirror in the other direction (kmirror add --failback)"
 
 // Transition is the pure lifecycle rule: the state op leads to from state
 // from, or why op is refused there. A repeated operation whose target is
@@ -65,12 +96,24 @@ const stoppedMsg = "a stopped topic is writable on the destination and cannot mi
 //	failover: INITIALIZING|PREPARING|MIRRORING|PAUSED|FAILED|STOPPING → STOPPED (via STOPPING)
 //	promote:  INITIALIZING|PREPARING|MIRRORING|PAUSED → STOPPED (via STOPPING, at lag 0)
 //	recover:  FAILED → INITIALIZING (clear the failure, resync, re-align)
+//	recover (recreate): FAILED → INITIALIZING (recreate the destination topic,
+//	          mirror from the source's log start)
+//
+// Every refusal says which operations the state allows instead.
 func Transition(from State, op Op) (State, error) {
+	to, err := transition(from, op)
+	if te, ok := err.(*TransitionError); ok {
+		te.Allowed = Allowed(from)
+	}
+	return to, err
+}
+
+func transition(from State, op Op) (State, error) {
 	refuse := func(msg string) (State, error) {
 		return from, &TransitionError{From: from, Op: op, Msg: msg}
 	}
 	switch op {
-	case OpPause, OpResume, OpStopFailover, OpStopPromote, OpRecover:
+	case OpPause, OpResume, OpStopFailover, OpStopPromote, OpRecover, OpRecoverRecreate:
 	default:
 		return from, fmt.Errorf("unknown operation %q", op)
 	}
@@ -120,9 +163,22 @@ func Transition(from State, op Op) (State, error) {
 		case Failed:
 			return Initializing, nil
 		case Stopping:
-			return refuse("it is being stopped and becomes writable; recover applies to failed partitions only")
+			return refuse("it is being stopped and becomes writable; recover applies to failed partitions only; a stop in progress can only be repeated (mode failover)")
+		case Paused:
+			return refuse("recover applies to FAILED partitions only; this one has no failure to clear: resume it, or stop it")
 		default:
-			return refuse("recover applies to FAILED partitions only; this one has no failure to clear")
+			return refuse("recover applies to FAILED partitions only; this one has no failure to clear: pause or stop it")
+		}
+	case OpRecoverRecreate:
+		switch from {
+		case Failed:
+			return Initializing, nil
+		case Stopping:
+			return refuse("it is being stopped and becomes writable; recover with recreate applies to topics whose partitions are all FAILED; a stop in progress can only be repeated (mode failover)")
+		case Paused:
+			return refuse("recover with recreate deletes and recreates the whole destination topic, so it applies only when every partition is FAILED; this one is not: resume it, or stop it")
+		default:
+			return refuse("recover with recreate deletes and recreates the whole destination topic, so it applies only when every partition is FAILED; this one is not: pause or stop it")
 		}
 	}
 	return refuse("no such transition")

@@ -527,7 +527,15 @@ func sourceRetention(ctx context.Context, src *kadm.Client, s *cluster, topics [
 		if err != nil {
 			return r, fmt.Errorf("listing the source's topics: %w", err)
 		}
-		topics = td.Names()
+		// Names starting with "__" are never mirrored (the state
+		// topics of agents mirroring into this cluster among them,
+		// which keep records forever), whether or not the broker marks
+		// them internal.
+		for _, n := range td.Names() {
+			if !strings.HasPrefix(n, "__") {
+				topics = append(topics, n)
+			}
+		}
 	}
 	if len(topics) == 0 {
 		return r, nil

@@ -72,6 +72,13 @@ func TestPreflight(t *testing.T) {
 		want: []expected{{Warn, Destination, "producer.id.expiration.ms", longExpiry,
 			[]string{`["compacted" "forever"]`, "without a time limit", "8d"}}},
 	}, {
+		name: "a mirror without topics skips the source's __ topics, such as another agent's state topic",
+		dst:  []kfake.Opt{kfake.BrokerConfigs(map[string]string{"producer.id.expiration.ms": longExpiry})},
+		sourceTopics: map[string]map[string]string{
+			"__kmirror_state": {"cleanup.policy": "compact", "retention.ms": "-1"},
+			"week":            nil,
+		},
+	}, {
 		name: "destination transaction.max.timeout.ms below the source's",
 		dst: []kfake.Opt{kfake.BrokerConfigs(map[string]string{
 			"producer.id.expiration.ms":  longExpiry,

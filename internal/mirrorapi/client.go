@@ -104,6 +104,21 @@ func (c *Client) AddTopics(ctx context.Context, name string, topics []string) (M
 	return out, err
 }
 
+// AddTopicsWith adds what req says to mirror name (POST
+// /v1/mirrors/{name}/topics): topics, topic regexes, a failback.
+func (c *Client) AddTopicsWith(ctx context.Context, name string, req AddTopicsRequest) (Mirror, error) {
+	var out Mirror
+	err := c.do(ctx, http.MethodPost, mirrorPath(name)+"/topics", req, &out)
+	return out, err
+}
+
+// RecoverTopicsWith recovers failed topics of mirror (POST
+// /v1/mirrors/{name}/topics/recover) as req says (Recreate); poll Mirror
+// for the outcome.
+func (c *Client) RecoverTopicsWith(ctx context.Context, mirror string, req TopicsRequest) error {
+	return c.do(ctx, http.MethodPost, mirrorPath(mirror)+"/topics/recover", req, nil)
+}
+
 // PauseTopics pauses topics of mirror (POST
 // /v1/mirrors/{name}/topics/pause); it returns once they are paused.
 func (c *Client) PauseTopics(ctx context.Context, mirror string, topics []string) error {

@@ -77,6 +77,9 @@ type Mirror struct {
 	Name   string  `json:"name"`
 	Source Source  `json:"source"`
 	Topics []Topic `json:"topics"`
+	// TopicRegex are the mirror's topic regular expressions: source
+	// topics that match are added to Topics as they appear.
+	TopicRegex []string `json:"topic_regex,omitempty"`
 	// Error is why the mirror is not running (for example a preflight
 	// refusal or an unreachable source), empty when it runs.
 	Error    string   `json:"error,omitempty"`
@@ -106,6 +109,42 @@ type Topic struct {
 	// it is, and for a STOPPED topic.
 	ReadOnlyReason string      `json:"read_only_reason,omitempty"`
 	Partitions     []Partition `json:"partitions"`
+	// Failback is set on a topic added with failback: where each
+	// partition resumed, and where the records the destination took after
+	// the last mirrored offset went when it was recreated.
+	Failback *Failback `json:"failback,omitempty"`
+}
+
+// Failback is what a failback did to a topic (AddTopicsRequest.Failback).
+type Failback struct {
+	// SourceMirror is the stopped mirror, on the agent whose destination
+	// is this mirror's source, whose last mirrored offsets it resumed from.
+	SourceMirror string              `json:"source_mirror"`
+	Partitions   []FailbackPartition `json:"partitions"`
+	// Recreated: the destination topic was deleted and created again
+	// (AddTopicsRequest.Recreate), and is mirrored from the source's log
+	// start.
+	Recreated bool `json:"recreated"`
+	// DivergentTopic is the side topic, on the destination, that holds
+	// the records the destination took after the last mirrored offset,
+	// DivergentRecords of them; empty when there were none.
+	DivergentTopic   string `json:"divergent_topic,omitempty"`
+	DivergentRecords int64  `json:"divergent_records"`
+}
+
+// FailbackPartition is one partition of a Failback.
+type FailbackPartition struct {
+	Partition int32 `json:"partition"`
+	// LastMirroredOffset is the source mirror's last mirrored offset, -1
+	// for none.
+	LastMirroredOffset int64 `json:"last_mirrored_offset"`
+	// DestinationEnd is the destination log end when the failback was
+	// added.
+	DestinationEnd int64 `json:"destination_end"`
+	// ResumedAt is the offset mirroring back started at (0 after a
+	// recreate: the source's log start).
+	ResumedAt        int64 `json:"resumed_at"`
+	DivergentRecords int64 `json:"divergent_records"`
 }
 
 // Partition is one mirror partition's figures.
@@ -156,17 +195,40 @@ type MirrorSpec struct {
 	// TopicConfigExclude is mirror.topic.properties.exclude; left out, the
 	// KIP's default list.
 	TopicConfigExclude []string `json:"topic_config_exclude,omitempty"`
+	// TopicRegex are regular expressions (Go RE2, matching whole topic
+	// names, like Kafka's mirror.topics.include): source topics that match,
+	// now or created later, are added to Topics at the next metadata
+	// refresh (internal topics, starting with "__", never).
+	TopicRegex []string `json:"topic_regex,omitempty"`
 }
 
 // AddTopicsRequest is the body of POST /v1/mirrors/{name}/topics.
 type AddTopicsRequest struct {
 	Topics []string `json:"topics"`
+	// TopicRegex adds regular expressions (Go RE2, matching whole topic
+	// names, like Kafka's mirror.topics.include) to the mirror's spec:
+	// source topics that match, now or created later, are mirrored
+	// (internal topics, starting with "__", never).
+	TopicRegex []string `json:"topic_regex,omitempty"`
+	// Failback mirrors Topics back into the destination they were mirrored
+	// from: it resumes after the last mirrored offset kept by the stopped
+	// mirror on the source cluster, and refuses when the destination took
+	// records after it, unless Recreate.
+	Failback bool `json:"failback,omitempty"`
+	// Recreate, with Failback, copies the records the destination took
+	// after the last mirrored offset to a side topic, deletes the topic
+	// and mirrors it again from the source's log start.
+	Recreate bool `json:"recreate,omitempty"`
 }
 
 // TopicsRequest is the body of POST /v1/mirrors/{name}/topics/pause,
 // /resume and /recover.
 type TopicsRequest struct {
 	Topics []string `json:"topics"`
+	// Recreate (recover only) deletes and recreates the destination
+	// topics, with their configs, and mirrors them again from the source's
+	// log start: for FAILED topics whose destination cannot be re-aligned.
+	Recreate bool `json:"recreate,omitempty"`
 }
 
 // StopTopicsRequest is the body of POST /v1/mirrors/{name}/topics/stop.
@@ -224,9 +286,13 @@ const (
 	// CodeInvalidStateTransition: the operation does not apply to a
 	// partition's state; the message says what does.
 	CodeInvalidStateTransition = "INVALID_STATE_TRANSITION"
-	CodeNotReady               = "COORDINATOR_LOAD_IN_PROGRESS" // the agent is still loading its state
-	CodeNotFound               = "NOT_FOUND"                    // no such route
-	CodeInternal               = "UNKNOWN_SERVER_ERROR"
+	// CodeFailbackRefused: a failback cannot go on as asked (the
+	// destination diverged and recreate was not given, the topic still
+	// mirrors on the source cluster, ...); the message says what to do.
+	CodeFailbackRefused = "FAILBACK_REFUSED"
+	CodeNotReady        = "COORDINATOR_LOAD_IN_PROGRESS" // the agent is still loading its state
+	CodeNotFound        = "NOT_FOUND"                    // no such route
+	CodeInternal        = "UNKNOWN_SERVER_ERROR"
 )
 
 // Throttle is a mirror's replication throttle: the body of PUT

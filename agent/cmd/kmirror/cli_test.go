@@ -142,6 +142,16 @@ func TestVerbs(t *testing.T) {
 	}
 	run("Created mirror dr with 1 topic(s): [orders]\n", runCreate, "--mirror", "dr", "--source-bootstrap", src.BootstrapString(), "--topic", "orders")
 	run("Added 1 topic(s) to mirror dr: [events]\n", runAdd, "--mirror", "dr", "--topic", "events")
+	run(`Source topics matching ["aud.*t,x"] are added to mirror dr as they appear`, runAdd, "--mirror", "dr", "--topic-regex", "aud.*t,x")
+	if ms := co.Mirrors(); len(ms) != 1 || len(ms[0].TopicRegex) != 1 || ms[0].TopicRegex[0] != "aud.*t,x" {
+		t.Fatalf("--topic-regex, taken whole: %+v", ms)
+	}
+	if _, err := capture(t, runAdd, "--mirror", "dr", "--topic-regex", "(("); !mirrorapi.IsCode(err, mirrorapi.CodeInvalidConfig) || !strings.Contains(err.Error(), "topic_regex") {
+		t.Errorf("add an invalid --topic-regex: %v", err)
+	}
+	if _, err := capture(t, runAdd, "--mirror", "dr", "--topic", "audit", "--failback"); !mirrorapi.IsCode(err, mirrorapi.CodeFailbackRefused) {
+		t.Errorf("--failback from a source without a stopped mirror: %v", err)
+	}
 	run("Updated mirror dr\n", runUpdate, "--mirror", "dr", "--source-bootstrap", src.BootstrapString())
 	run("dr      "+src.BootstrapString()+"  2", runList)
 	run(`"topics": [
@@ -177,6 +187,7 @@ func TestVerbs(t *testing.T) {
 		{"create", "--source-bootstrap", "h:1"},
 		{"create", "--mirror", "x"},
 		{"add", "--mirror", "dr"},
+		{"add", "--mirror", "dr", "--topic", "audit", "--recreate"},
 		{"update", "--mirror", "dr"},
 		{"delete"},
 		{"list", "--output", "yaml"},

@@ -21,7 +21,7 @@ func init() {
 	register("pause", "pause mirror topics (they stay read-only and keep their position)", lifecycleVerb("pause"))
 	register("resume", "resume paused mirror topics", lifecycleVerb("resume"))
 	register("stop", "stop mirror topics for good: failover (at once) or promote (at lag 0); they become writable", lifecycleVerb("stop"))
-	register("recover", "recover failed mirror topics (clear the failure and re-align)", lifecycleVerb("recover"))
+	register("recover", "recover failed mirror topics (clear the failure and re-align; --recreate recreates the destination topic)", lifecycleVerb("recover"))
 }
 
 // lifecycleTarget is the state --wait waits for after verb.
@@ -46,6 +46,10 @@ func lifecycleVerb(verb string) func(ctx context.Context, args []string) error {
 		if verb == "stop" {
 			mode = fs.String("mode", mirrorapi.StopModeFailover, "failover (stop at once, the source reachable or not) or promote (wait until the destination has everything the source acknowledged)")
 		}
+		var recreate *bool
+		if verb == "recover" {
+			recreate = fs.Bool("recreate", false, "for topics whose partitions are all FAILED and whose destination cannot be re-aligned: delete and recreate the destination topic (same partitions and configs; its records are lost) and mirror it from the source's log start")
+		}
 		wait := fs.Bool("wait", false, "poll describe until every partition of the topics is "+string(lifecycleTarget(verb))+", showing progress")
 		timeout := fs.Duration("timeout", 10*time.Minute, "how long --wait waits")
 		if err := parse(fs, args, mirror); err != nil {
@@ -62,7 +66,7 @@ func lifecycleVerb(verb string) func(ctx context.Context, args []string) error {
 		case "resume":
 			err = cl.ResumeTopics(ctx, *mirror, topics)
 		case "recover":
-			err = cl.RecoverTopics(ctx, *mirror, topics)
+			err = cl.RecoverTopicsWith(ctx, *mirror, mirrorapi.TopicsRequest{Topics: topics, Recreate: *recreate})
 		case "stop":
 			if *mode != mirrorapi.StopModeFailover && *mode != mirrorapi.StopModePromote {
 				return usageError("--mode %q: use failover or promote", *mode)

@@ -36,6 +36,17 @@ func (l *listFlag) Set(v string) error {
 	return nil
 }
 
+// regexFlag is a repeatable flag taken whole: a regular expression may
+// hold commas.
+type regexFlag []string
+
+func (l *regexFlag) String() string { return strings.Join(*l, " ") }
+
+func (l *regexFlag) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
+
 // splitList splits a comma-separated flag value, nil when it is empty.
 func splitList(v string) []string {
 	var l listFlag
@@ -70,13 +81,15 @@ func runCreate(ctx context.Context, args []string) error {
 	var topics, exclude listFlag
 	fs.Var(&topics, "topic", "a source topic to mirror (repeatable, or comma-separated)")
 	fs.Var(&exclude, "topic-config-exclude", "a topic config not to sync (repeatable; default: the KIP's list)")
+	var regexes regexFlag
+	fs.Var(&regexes, "topic-regex", "mirror every source topic whose whole name matches this regular expression (Go RE2), also those created later (repeatable)")
 	if err := parse(fs, args, mirror); err != nil {
 		return err
 	}
 	if *bootstrap == "" {
 		return usageError("--source-bootstrap HOST:PORT,... is required")
 	}
-	spec := mirrorapi.MirrorSpec{Name: *mirror, Source: mirrorapi.Source{BootstrapServers: splitList(*bootstrap)}, Topics: topics, TopicConfigExclude: exclude}
+	spec := mirrorapi.MirrorSpec{Name: *mirror, Source: mirrorapi.Source{BootstrapServers: splitList(*bootstrap)}, Topics: topics, TopicConfigExclude: exclude, TopicRegex: regexes}
 	if err := security.apply(&spec.Source); err != nil {
 		return err
 	}
@@ -84,6 +97,9 @@ func runCreate(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "Created mirror %s with %d topic(s): [%s]\n", *mirror, len(topics), strings.Join(topics, " "))
+	if len(regexes) > 0 {
+		fmt.Fprintf(stdout, "Source topics matching %q are added as they appear\n", []string(regexes))
+	}
 	return nil
 }
 
@@ -134,16 +150,43 @@ func runAdd(ctx context.Context, args []string) error {
 	mirror := fs.String("mirror", "", "the mirror to add topics to")
 	var topics listFlag
 	fs.Var(&topics, "topic", "a source topic to mirror (repeatable, or comma-separated)")
+	var regexes regexFlag
+	fs.Var(&regexes, "topic-regex", "mirror every source topic whose whole name matches this regular expression (Go RE2), also those created later (repeatable)")
+	failback := fs.Bool("failback", false, "mirror the topics back into the destination they were mirrored from, resuming after the last mirrored offset kept on the source cluster")
+	recreate := fs.Bool("recreate", false, "with --failback: when the destination took records after the last mirrored offset, copy them to a side topic, recreate the topic and mirror it from the source")
 	if err := parse(fs, args, mirror); err != nil {
 		return err
 	}
-	if len(topics) == 0 {
-		return usageError("--topic TOPIC is required (repeatable)")
+	if len(topics) == 0 && len(regexes) == 0 {
+		return usageError("--topic TOPIC or --topic-regex REGEX is required (repeatable)")
 	}
-	if _, err := newClient(*addr, *token).AddTopics(ctx, *mirror, topics); err != nil {
+	if *recreate && !*failback {
+		return usageError("--recreate applies with --failback (to recreate a FAILED topic's destination: kmirror recover --recreate)")
+	}
+	req := mirrorapi.AddTopicsRequest{Topics: topics, TopicRegex: regexes, Failback: *failback, Recreate: *recreate}
+	m, err := newClient(*addr, *token).AddTopicsWith(ctx, *mirror, req)
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "Added %d topic(s) to mirror %s: [%s]\n", len(topics), *mirror, strings.Join(topics, " "))
+	if len(topics) > 0 {
+		fmt.Fprintf(stdout, "Added %d topic(s) to mirror %s: [%s]\n", len(topics), *mirror, strings.Join(topics, " "))
+	}
+	if len(regexes) > 0 {
+		fmt.Fprintf(stdout, "Source topics matching %q are added to mirror %s as they appear\n", []string(regexes), *mirror)
+	}
+	for _, t := range m.Topics {
+		fb := t.Failback
+		if fb == nil || !contains(topics, t.Name) {
+			continue
+		}
+		for _, p := range fb.Partitions {
+			fmt.Fprintf(stdout, "Failback %s/%d: last mirrored offset %d (mirror %s), destination end %d, mirroring from %d\n",
+				t.Name, p.Partition, p.LastMirroredOffset, fb.SourceMirror, p.DestinationEnd, p.ResumedAt)
+		}
+		if fb.DivergentTopic != "" {
+			fmt.Fprintf(stdout, "Failback %s: %d record(s) written after the last mirrored offset copied to topic %s; the topic was recreated\n", t.Name, fb.DivergentRecords, fb.DivergentTopic)
+		}
+	}
 	return nil
 }
 

@@ -1,0 +1,113 @@
+package coordinator
+
+// Recover with recreate: a FAILED topic whose destination cannot be
+// re-aligned (a recreated source topic, a destination that lost records or
+// took foreign ones) is deleted on the destination and created again, with
+// the same partition count and the configs set on it, and mirrored from the
+// source's log start. Only when asked: the destination's records are gone
+// afterwards.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kmirror/kmirror/agent/partition"
+)
+
+// recreateTopic recreates topic on the destination and restarts the
+// partitions of targets that belong to it.
+func (m *mirror) recreateTopic(ctx context.Context, topic string, targets []target) error {
+	m.mu.Lock()
+	m.recreating[topic] = true
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.recreating, topic)
+		m.mu.Unlock()
+	}()
+	c := m.c
+	tds, err := c.dstAdm.ListTopics(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("recover with recreate of topic %q: reading the destination topic: %w", topic, err)
+	}
+	if td, ok := tds[topic]; ok && td.Err == nil {
+		configs, err := topicOverrides(ctx, c.dstAdm, topic)
+		if err != nil {
+			return fmt.Errorf("recover with recreate of topic %q: reading its configs: %w", topic, err)
+		}
+		if err := c.deleteDestinationTopic(ctx, topic); err != nil {
+			return fmt.Errorf("recover with recreate of topic %q: %w", topic, err)
+		}
+		resp, err := c.dstAdm.CreateTopic(ctx, int32(len(td.Partitions)), -1, configs, topic)
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil {
+			// The mirror creates it at its next look, from the source.
+			m.log.Error("recover with recreate: creating the topic again with its configs failed; the mirror creates it from the source's", "topic", topic, "error", err)
+		} else {
+			m.log.Warn("recover with recreate: destination topic recreated", "topic", topic, "partitions", len(td.Partitions), "topic_id", resp.ID.String())
+		}
+	}
+	// What the agent knew of the old destination topic no longer holds:
+	// its ids, where its logs were cut, where a failback took it over.
+	prefix := "alignment/" + m.rec.Spec.Name + "/" + topic + "/"
+	for k := range c.store.All() {
+		if strings.HasPrefix(k, prefix) {
+			if err := c.store.Put(ctx, k, nil); err != nil {
+				return fmt.Errorf("recover with recreate of topic %q: %w", topic, err)
+			}
+		}
+	}
+	if err := c.store.Put(ctx, topicKey(m.rec.Spec.Name, topic), nil); err != nil {
+		return fmt.Errorf("recover with recreate of topic %q: %w", topic, err)
+	}
+	var fb failbackRecord
+	if c.getJSON(failbackKey(m.rec.Spec.Name, topic), &fb) {
+		fb.Recreated = true
+		for p, fp := range fb.Partitions {
+			fp.Base = 0
+			fb.Partitions[p] = fp
+		}
+		if err := c.putJSON(ctx, failbackKey(m.rec.Spec.Name, topic), fb); err != nil {
+			return fmt.Errorf("recover with recreate of topic %q: %w", topic, err)
+		}
+	}
+	for _, tg := range targets {
+		if tg.tp.Topic != topic {
+			continue
+		}
+		m.restartPartition(tg.tp, partitionRecord{
+			State: partition.Initializing, LastMirroredOffset: -1,
+			Reason: "recovering: the destination topic was recreated; mirroring from the source's log start",
+		}, false)
+	}
+	return nil
+}
+
+// topicOverrides returns the configs set on topic itself.
+func topicOverrides(ctx context.Context, adm *kadm.Client, topic string) (map[string]*string, error) {
+	rcs, err := adm.DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := rcs.On(topic, nil)
+	if err != nil {
+		return nil, err
+	}
+	if rc.Err != nil {
+		return nil, rc.Err
+	}
+	out := map[string]*string{}
+	for _, cfg := range rc.Configs {
+		if cfg.Source == kmsg.ConfigSourceDynamicTopicConfig && cfg.Value != nil {
+			v := *cfg.Value
+			out[cfg.Key] = &v
+		}
+	}
+	return out, nil
+}
