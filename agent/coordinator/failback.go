@@ -113,7 +113,10 @@ func failbackRefused(topic, format string, a ...any) error {
 // With check set it only checks: AddTopicsWith checks every topic of a
 // failback before it prepares any, so that a refusal changes nothing.
 func (c *Coordinator) prepareFailback(ctx context.Context, spec MirrorSpec, topic string, recreate, check bool) error {
-	srcOpts := c.cfg.SourceOpts(spec.Source)
+	srcOpts, err := c.sourceOpts(spec)
+	if err != nil {
+		return fmt.Errorf("failback of topic %q: connecting to the source: %w", topic, err)
+	}
 	state, err := statestore.Read(ctx, srcOpts, c.store.Topic())
 	if errors.Is(err, statestore.ErrNoStateTopic) {
 		return failbackRefused(topic, "the source cluster has no state topic %q, so no agent mirrored topics into it: a failback mirrors back a topic that was mirrored into the source cluster and stopped there; to mirror into an existing topic from scratch, delete it on the destination first", c.store.Topic())
