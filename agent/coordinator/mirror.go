@@ -16,6 +16,7 @@ import (
 
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/leaders"
+	"github.com/kmirror/kmirror/agent/metasync"
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/agent/topics"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
@@ -82,6 +83,11 @@ type mirror struct {
 	roReleased map[string]bool
 	// fenced: the source fences of promotes, by topic.
 	fenced map[string]fenceState
+
+	// Metadata sync (metasync.go): its status per kind, and a channel
+	// closed to make the sync loops run at once.
+	sync     *metasync.Tracker
+	syncKick chan struct{}
 }
 
 func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
@@ -91,6 +97,7 @@ func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
 		refresh: make(chan struct{}, 1), done: make(chan struct{}),
 		stopModes: map[fetcher.TP]StopMode{}, stoppedBy: map[fetcher.TP]StopMode{}, promoteBy: map[fetcher.TP]time.Time{}, recoverTPs: map[fetcher.TP]bool{}, recoverTopics: map[string]bool{},
 		ro: map[string]roState{}, roReleased: map[string]bool{}, fenced: map[string]fenceState{},
+		sync: metasync.NewTracker(), syncKick: make(chan struct{}),
 		ctx: context.Background(),
 	}
 }
@@ -103,6 +110,7 @@ func (m *mirror) setSpec(s MirrorSpec) {
 	case m.refresh <- struct{}{}:
 	default:
 	}
+	m.kickSync()
 }
 
 func (m *mirror) setErr(err error) {
@@ -201,14 +209,13 @@ func (m *mirror) runConnected(ctx context.Context) error {
 		m.source = nil
 		m.mu.Unlock()
 	}()
-	t := time.NewTicker(m.c.cfg.RefreshInterval)
-	defer t.Stop()
+	m.wg.Go(func() { m.runSync(fctx, src) })
 	for {
 		m.syncTopics(fctx, mgr, sourceReader{src, srcMeta}, f)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-time.After(m.interval()):
 		case <-m.refresh:
 		}
 	}
@@ -233,6 +240,7 @@ func (m *mirror) syncTopics(ctx context.Context, mgr *topics.Manager, source sou
 		}
 		m.mu.Unlock()
 	}
+	m.recordPartitionSync(names)
 }
 
 func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sourceReader, f *fetcher.Fetcher, topic string) error {
@@ -422,7 +430,7 @@ func (m *mirror) persistPartition(ctx context.Context, tp fetcher.TP, st partiti
 func (m *mirror) status() MirrorStatus {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	st := MirrorStatus{Name: m.spec.Name, Source: m.spec.Source, Error: m.err, Warnings: slices.Clone(m.warnings), StateCounts: map[partition.State]int{}}
+	st := MirrorStatus{Name: m.spec.Name, Source: m.spec.Source, Error: m.err, Warnings: slices.Clone(m.warnings), StateCounts: map[partition.State]int{}, Sync: m.sync.Status()}
 	if m.fetch != nil {
 		st.BufferedBytes = m.fetch.Buffered()
 	}

@@ -13,6 +13,10 @@
 //	BytesPerSec                 rate(kmirror_mirrored_bytes_total[…]) (per partition; sum by mirror)
 //	(records per second)        rate(kmirror_mirrored_records_total[…])
 //	RequestsPerSec (fetcher)    rate(kmirror_fetch_requests_total[…]) (whole agent)
+//	TopicConfigMetadataSyncError, ConsumerGroupOffsetSyncError, AclSyncError
+//	                            kmirror_sync_errors_total{mirror,kind} (kind configs,
+//	                            groups, acls; partitions for partition growth)
+//	(time of the last sync)     kmirror_sync_last_success_timestamp_seconds{mirror,kind}
 //
 // Counters come from cumulative describe figures: they restart from zero
 // when a partition's mirror restarts (agent restart, topic re-added), which
@@ -33,6 +37,7 @@ import (
 	"slices"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -83,6 +88,13 @@ var (
 	descTopicError = prometheus.NewDesc("kmirror_topic_error",
 		"1 while the topic is not mirrored because of an error (creation, config sync, preflight), else 0.", []string{"mirror", "topic"}, nil)
 
+	descSyncErrors = prometheus.NewDesc("kmirror_sync_errors_total",
+		"Failed metadata syncs of the mirror per kind (configs, partitions, groups, acls) since the agent started (KIP-1279 *SyncError).", []string{"mirror", "kind"}, nil)
+	descSyncSuccess = prometheus.NewDesc("kmirror_sync_last_success_timestamp_seconds",
+		"Unix time of the last metadata sync of the kind that completed without error; absent before the first.", []string{"mirror", "kind"}, nil)
+	descSyncItems = prometheus.NewDesc("kmirror_sync_items",
+		"Items the last successful metadata sync of the kind found in sync: topics (configs), partitions, consumer groups, ACLs.", []string{"mirror", "kind"}, nil)
+
 	descFetchRequests = prometheus.NewDesc("kmirror_fetch_requests_total",
 		"Fetch requests the agent's fetch loops sent to source brokers, all mirrors.", nil, nil)
 	descFetchErrors = prometheus.NewDesc("kmirror_fetch_errors_total",
@@ -108,6 +120,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descLag, descLagSeconds, descBytes, descRecords, descLost, descRetries,
 		descMaxLag, descFailed, descStates, descBuffered, descMirrorError, descTopicError,
+		descSyncErrors, descSyncSuccess, descSyncItems,
 		descFetchRequests, descFetchErrors, descFetchThrottle,
 	} {
 		ch <- d
@@ -141,6 +154,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(descBuffered, float64(m.BufferedBytes))
 		gauge(descMirrorError, b2f(m.Error != ""))
+		for kind, s := range map[string]mirrorapi.SyncStatus{
+			"configs": m.Sync.Configs, "partitions": m.Sync.Partitions, "groups": m.Sync.Groups, "acls": m.Sync.ACLs,
+		} {
+			ch <- prometheus.MustNewConstMetric(descSyncErrors, prometheus.CounterValue, float64(s.Errors), m.Name, kind)
+			gauge(descSyncItems, float64(s.Items), kind)
+			if t, err := time.Parse(time.RFC3339, s.LastSuccess); err == nil {
+				gauge(descSyncSuccess, float64(t.Unix()), kind)
+			}
+		}
 		for _, t := range m.Topics {
 			gauge(descTopicError, b2f(t.Error != ""), t.Name)
 			for _, p := range t.Partitions {

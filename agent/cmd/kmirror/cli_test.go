@@ -47,6 +47,12 @@ func (fixtureBackend) Describe() []coordinator.MirrorStatus {
 					p("bar", 0, 12, 7, mirrorapi.StateFailed, "destination topic \"bar\" was recreated"),
 				}},
 				{Name: "baz", Error: "source topic \"baz\" does not exist", Partitions: []mirrorapi.Partition{}},
+			},
+			Sync: mirrorapi.MetadataSync{
+				Configs:    mirrorapi.SyncStatus{LastSuccess: "2026-11-30T12:00:00Z", Items: 2, Drift: []string{`topic foo: retention.ms was "1000" on the destination, set back to "86400000"`}},
+				Partitions: mirrorapi.SyncStatus{LastSuccess: "2026-11-30T12:00:00Z", Items: 3, Errors: 1, LastError: `topic "baz": source topic "baz" does not exist`},
+				Groups:     mirrorapi.SyncStatus{LastSuccess: "2026-11-30T12:00:01Z", Items: 4},
+				ACLs:       mirrorapi.SyncStatus{Errors: 7, LastError: "the destination has no authorizer"},
 			}},
 		{Name: "mig", Source: mirrorapi.Source{BootstrapServers: []string{"old:9092"}}, Error: "connecting to source old:9092: dial tcp: lookup old: no such host",
 			StateCounts: map[mirrorapi.State]int{}, Topics: []mirrorapi.Topic{}},
