@@ -72,42 +72,42 @@ func ParseACLRule(s string) (ACLRule, error) {
 	if len(fields) > 5 {
 		return r, fmt.Errorf("%q has %d fields; a rule is RESOURCE-TYPE;RESOURCE-NAME;OPERATION;PERMISSION;PRINCIPAL", s, len(fields))
 	}
-	any := func(i int) (string, bool) {
+	field := func(i int) (string, bool) {
 		if i >= len(fields) {
 			return "", true
 		}
 		f := strings.TrimSpace(fields[i])
 		return f, f == "*"
 	}
-	if f, ok := any(0); !ok {
+	if f, ok := field(0); !ok {
 		t, err := kmsg.ParseACLResourceType(f)
 		if err != nil || t == kmsg.ACLResourceTypeAny {
 			return r, fmt.Errorf("%q: resource type %q is not one of TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID, DELEGATION_TOKEN, USER or *", s, f)
 		}
 		r.resourceType = t
 	}
-	if f, ok := any(1); !ok {
+	if f, ok := field(1); !ok {
 		re, err := compileWhole(f)
 		if err != nil {
 			return r, fmt.Errorf("%q: resource name %q is not a valid regular expression: %v", s, f, regexpReason(err))
 		}
 		r.name = re
 	}
-	if f, ok := any(2); !ok {
+	if f, ok := field(2); !ok {
 		op, err := kmsg.ParseACLOperation(f)
 		if err != nil || op == kmsg.ACLOperationAny {
 			return r, fmt.Errorf("%q: operation %q is not one of %s or *", s, f, strings.Join(kmsg.ACLOperationStrings()[1:], ", "))
 		}
 		r.operation = op
 	}
-	if f, ok := any(3); !ok {
+	if f, ok := field(3); !ok {
 		p, err := kmsg.ParseACLPermissionType(f)
 		if err != nil || (p != kmsg.ACLPermissionTypeAllow && p != kmsg.ACLPermissionTypeDeny) {
 			return r, fmt.Errorf("%q: permission %q is not ALLOW, DENY or *", s, f)
 		}
 		r.permission = p
 	}
-	if f, ok := any(4); !ok {
+	if f, ok := field(4); !ok {
 		if !strings.Contains(f, ":") {
 			return r, fmt.Errorf("%q: principal %q is not TYPE:NAME (such as User:alice) or *", s, f)
 		}

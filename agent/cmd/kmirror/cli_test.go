@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -147,6 +148,18 @@ func TestVerbs(t *testing.T) {
 	run("Created mirror dr with 1 topic(s): [orders]\n", runCreate, "--mirror", "dr", "--source-bootstrap", src.BootstrapString(), "--topic", "orders")
 	run("Added 1 topic(s) to mirror dr: [events]\n", runAdd, "--mirror", "dr", "--topic", "events")
 	run("Updated mirror dr\n", runUpdate, "--mirror", "dr", "--source-bootstrap", src.BootstrapString())
+	run("Updated mirror dr\n", runUpdate, "--mirror", "dr", "--config", "mirror.groups.include=app-.*,billing", "--config", "mirror.metadata.refresh.interval.ms=500", "--config", "mirror.acl.include=")
+	if ms := co.Mirrors(); len(ms) != 1 || !slices.Equal(ms[0].GroupsInclude, []string{"app-.*", "billing"}) || ms[0].MetadataRefreshIntervalMs != 500 ||
+		ms[0].ACLInclude == nil || len(ms[0].ACLInclude) != 0 || len(ms[0].Topics) != 2 {
+		t.Errorf("update --config: the mirror's spec is %+v", ms)
+	}
+	var st *exitStatus
+	if _, err := capture(t, runCreate, "--mirror", "x", "--source-bootstrap", "h:1", "--config", "mirror.acl.include"); !errors.As(err, &st) || st.Code != 2 {
+		t.Errorf("--config without '=': %v, want exit status 2", err)
+	}
+	if _, err := capture(t, runUpdate, "--mirror", "dr", "--config", "mirror.acl.include=TABLE;x"); !mirrorapi.IsCode(err, mirrorapi.CodeInvalidConfig) || !strings.Contains(err.Error(), "acl_include") {
+		t.Errorf("update with a bad ACL rule: %v", err)
+	}
 	run("dr      "+src.BootstrapString()+"  2", runList)
 	run(`"topics": [
         "orders",
@@ -182,6 +195,7 @@ func TestVerbs(t *testing.T) {
 		{"create", "--mirror", "x"},
 		{"add", "--mirror", "dr"},
 		{"update", "--mirror", "dr"},
+		{"update", "--mirror", "dr", "--config", "mirror.groups.inlcude=.*"},
 		{"delete"},
 		{"list", "--output", "yaml"},
 		{"offsets", "--mirror", "dr", "extra"},
