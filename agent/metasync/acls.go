@@ -186,7 +186,7 @@ func (s *ACLs) Sync(ctx context.Context, rules []ACLRule) (Result, error) {
 		return Result{}, nil
 	}
 	if err != nil {
-		return Result{}, fmt.Errorf("reading the source's ACLs: %w", err)
+		return Result{}, fmt.Errorf("reading the source's ACLs: %w%s", err, authHint(err, "DESCRIBE"))
 	}
 	want := map[ACL]bool{}
 	for _, a := range srcACLs {
@@ -207,7 +207,7 @@ func (s *ACLs) Sync(ctx context.Context, rules []ACLRule) (Result, error) {
 		}
 		return Result{}, nil
 	case err != nil:
-		return Result{}, fmt.Errorf("reading the destination's ACLs: %w", err)
+		return Result{}, fmt.Errorf("reading the destination's ACLs: %w%s", err, authHint(err, "ALTER"))
 	}
 	have := map[ACL]bool{}
 	for _, a := range dstACLs {
@@ -238,7 +238,7 @@ func (s *ACLs) Sync(ctx context.Context, rules []ACLRule) (Result, error) {
 			continue
 		}
 		if err := createACL(ctx, s.dst, a); err != nil {
-			errs = append(errs, fmt.Errorf("creating ACL %s on the destination: %w", a, err))
+			errs = append(errs, fmt.Errorf("creating ACL %s on the destination: %w%s", a, err, authHint(err, "ALTER")))
 			if derr := s.store.Disown(ctx, a); derr != nil {
 				errs = append(errs, fmt.Errorf("forgetting ACL %s: %w", a, derr))
 			}
@@ -260,6 +260,14 @@ func (s *ACLs) Sync(ctx context.Context, rules []ACLRule) (Result, error) {
 		}
 	}
 	return res, errors.Join(errs...)
+}
+
+// authHint says what to grant when err is a refusal to manage ACLs.
+func authHint(err error, op string) string {
+	if !errors.Is(err, kerr.ClusterAuthorizationFailed) {
+		return ""
+	}
+	return fmt.Sprintf("; give the agent's principal %s on that cluster, or set acl_include to [] to sync no ACLs", op)
 }
 
 func sortACLs(as []ACL) {
