@@ -181,27 +181,85 @@ func (m *mirror) recordPartitionSync(topics []string) {
 // destination end final, so that consumers moving over find the offsets
 // committed on the source up to the stop. It is bounded (the source may be
 // gone); if it cannot run, the offsets of the last periodic sync stay.
+// Partitions stopping together share a sync: one runs at a time, and the
+// partitions that arrive meanwhile go in the next, so that stopping a
+// topic of many partitions reads the groups twice rather than once per
+// partition.
 func (m *mirror) finalGroupSync(ctx context.Context, tp fetcher.TP) {
+	done := make(chan struct{})
+	m.final.mu.Lock()
+	if m.final.pending == nil {
+		m.final.pending = map[string][]int32{}
+	}
+	m.final.pending[tp.Topic] = append(m.final.pending[tp.Topic], tp.Partition)
+	m.final.waiters = append(m.final.waiters, done)
+	if !m.final.running {
+		m.final.running = true
+		// (A stop calls this from a lifecycle goroutine, so ops is
+		// not zero here: run waits for this one too.)
+		m.ops.Add(1)
+		go func() {
+			defer m.ops.Done()
+			m.runFinalSyncs()
+		}()
+	}
+	m.final.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// finalSyncs batches the final group syncs of stopping partitions.
+type finalSyncs struct {
+	mu      sync.Mutex
+	running bool
+	pending map[string][]int32
+	waiters []chan struct{}
+}
+
+// runFinalSyncs runs final group syncs until none is pending.
+func (m *mirror) runFinalSyncs() {
+	for {
+		m.final.mu.Lock()
+		parts, waiters := m.final.pending, m.final.waiters
+		m.final.pending, m.final.waiters = nil, nil
+		if len(waiters) == 0 {
+			m.final.running = false
+			m.final.mu.Unlock()
+			return
+		}
+		m.final.mu.Unlock()
+		m.syncGroupsNow(parts)
+		for _, w := range waiters {
+			close(w)
+		}
+	}
+}
+
+// syncGroupsNow syncs the group offsets of parts, within the bound of a
+// stop's final sync.
+func (m *mirror) syncGroupsNow(parts map[string][]int32) {
 	m.mu.Lock()
 	src, spec := m.source, m.spec
 	m.mu.Unlock()
 	if src == nil {
-		m.log.Warn("stop: the source is not connected; consumer group offsets stay as last synced", "partition", tp.String())
+		m.log.Warn("stop: the source is not connected; consumer group offsets stay as last synced", "partitions", parts)
 		return
 	}
 	f, err := metasync.NewFilter(spec.GroupsInclude, spec.GroupsExclude)
 	if err != nil {
 		return // Validate refused it already
 	}
-	sctx, cancel := context.WithTimeout(ctx, min(finalSyncTimeout, m.c.cfg.StopTimeout/4))
+	ctx, cancel := context.WithTimeout(m.ctx, min(finalSyncTimeout, m.c.cfg.StopTimeout/4))
 	defer cancel()
-	res, err := metasync.NewGroups(kadm.NewClient(src.cl), m.c.dstAdm, m.log.Named("groups")).Sync(sctx, f, map[string][]int32{tp.Topic: {tp.Partition}})
+	res, err := metasync.NewGroups(kadm.NewClient(src.cl), m.c.dstAdm, m.log.Named("groups")).Sync(ctx, f, parts)
 	if err != nil {
-		m.sync.Record(metasync.KindGroups, metasync.Result{}, fmt.Errorf("at the stop of %s: %w", tp, err), time.Now())
-		m.log.Warn("stop: the final consumer group offset sync failed; offsets stay as last synced", "partition", tp.String(), "error", err)
+		m.sync.Record(metasync.KindGroups, metasync.Result{}, fmt.Errorf("at the stop of %v: %w", parts, err), time.Now())
+		m.log.Warn("stop: the final consumer group offset sync failed; offsets stay as last synced", "partitions", parts, "error", err)
 		return
 	}
-	m.log.Info("stop: consumer group offsets synced", "partition", tp.String(), "groups", res.Items)
+	m.log.Info("stop: consumer group offsets synced", "partitions", parts, "groups", res.Items)
 }
 
 // aclStore keeps the ACLs a mirror's sync created on the destination in the

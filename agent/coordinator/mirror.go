@@ -88,6 +88,7 @@ type mirror struct {
 	// closed to make the sync loops run at once.
 	sync     *metasync.Tracker
 	syncKick chan struct{}
+	final    finalSyncs
 }
 
 func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
