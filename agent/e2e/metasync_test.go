@@ -517,12 +517,16 @@ func TestMetaSyncConfigs(t *testing.T) {
 		_, segms := c["segment.ms"]
 		return c["retention.ms"] == "7200000" && !segms && c["min.insync.replicas"] == "1"
 	})
-	drift := strings.Join(a.syncStatus().Configs.Drift, "\n")
-	for _, d := range []string{`retention.ms was "1000" on the destination, set back to "7200000"`, `segment.ms was "5000" on the destination, set back to (not set`} {
-		if !strings.Contains(drift, d) {
-			t.Errorf("drift reported: %q, want it to say %q", drift, d)
+	// (The status is recorded right after the destination changed.)
+	waitFor(t, a, "drift reported", failWait, func() (bool, string) {
+		drift := strings.Join(a.syncStatus().Configs.Drift, "\n")
+		for _, d := range []string{`retention.ms was "1000" on the destination, set back to "7200000"`, `segment.ms was "5000" on the destination, set back to (not set`} {
+			if !strings.Contains(drift, d) {
+				return false, fmt.Sprintf("drift reported: %q, want it to say %q", drift, d)
+			}
 		}
-	}
+		return true, ""
+	})
 
 	// Stopped, the topic's configs are the destination's.
 	if err := a.co.StopTopics(testCtx(t), mirrorName, []string{lifecycleTopic}, coordinator.StopFailover); err != nil {
@@ -631,9 +635,10 @@ func TestMetaSyncACLs(t *testing.T) {
 		})
 	}
 	wantACLs("app's ACLs synced", acl("WRITE"), acl("DESCRIBE"), acl("READ"), acl("ALTER_CONFIGS"), acl("DESCRIBE_CONFIGS"), deny)
-	if s := a.syncStatus().ACLs; s.LastError != "" || s.Items != 4 {
-		t.Errorf("ACL sync status %+v, want the 4 selected source ACLs in sync", s)
-	}
+	waitFor(t, a, "ACL sync status", failWait, func() (bool, string) {
+		s := a.syncStatus().ACLs
+		return s.LastError == "" && s.Items == 4, fmt.Sprintf("ACL sync status %+v, want the 4 selected source ACLs in sync", s)
+	})
 	assertRefused(t, p.dst, lifecycleTopic, 1, "mirroring, with app's WRITE synced")
 
 	// Deletes follow, but not for the ACL the destination had already.
