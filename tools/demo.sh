@@ -135,13 +135,33 @@ if command -v kcat >/dev/null 2>&1; then
 else
   echo "(kcat not installed: apt-get install kcat)"
 fi
+have_kcat() { command -v kcat >/dev/null 2>&1; }
+# group_offsets FILE LABEL VERB: from "PARTITION OFFSET" lines, the next offset
+# (VERB "next") or first offset (VERB "resumes") per partition.
+group_offsets() {
+  awk -v label="$2" -v verb="$3" '
+    { if (verb == "next") { if (!($1 in o) || $2 + 1 > o[$1]) o[$1] = $2 + 1 } else { if (!($1 in o) || $2 < o[$1]) o[$1] = $2 } }
+    END { for (p in o) printf "%-12s group billing: partition %s %s offset %d\n", label, p, (verb == "next" ? "next" : "resumes at"), o[p] }' "$1" | sort
+}
+if have_kcat; then
+  step "an application: consumer group 'billing' reads 1500 records of 'orders' on the source and commits (kcat -G)"
+  kcat -b "$SRC" -G billing -X auto.offset.reset=earliest -X max.partition.fetch.bytes=4096 -c 1500 -e -q -f '%p %o\n' orders >"$WORK/billing-source.txt"
+  group_offsets "$WORK/billing-source.txt" source next
+fi
+
 step "failover: terraform apply -var orders_state=stopped"
 tf_apply -var orders_state=stopped
 "$BIN" describe
 
+if have_kcat; then
+  step "the application moves to the destination: group 'billing' resumes at the offsets it committed on the source (synced, no translation)"
+  kcat -b "$DST" -G billing -X auto.offset.reset=earliest -e -q -f '%p %o\n' orders >"$WORK/billing-destination.txt"
+  group_offsets "$WORK/billing-destination.txt" destination resumes
+fi
+
 step "the destination topic is writable now: a new record lands right after the last mirrored offset"
 "$BIN" dev-load --bootstrap "$DST" --topic orders --records 3 --rate 0 >/dev/null
-if command -v kcat >/dev/null 2>&1; then
+if have_kcat; then
   kcat -C -b "$DST" -t orders -p 1 -o -1 -c 1 -e -q -f 'destination  partition %p offset %o (new write after failover)\n'
 fi
 step "done: every record of 'orders' sits at the same offset on the destination, which now takes writes"

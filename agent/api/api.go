@@ -276,7 +276,8 @@ func (s *Server) create(b Backend, w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &in) {
 		return
 	}
-	spec := coordinator.MirrorSpec{Name: in.Name, Source: in.Source, Topics: in.Topics, TopicConfigExclude: in.TopicConfigExclude, TopicRegex: in.TopicRegex}
+	spec := coordinator.MirrorSpec{Name: in.Name, Source: in.Source, Topics: in.Topics, TopicConfigExclude: in.TopicConfigExclude, TopicRegex: in.TopicRegex,
+		GroupsInclude: in.GroupsInclude, GroupsExclude: in.GroupsExclude, ACLInclude: in.ACLInclude, MetadataRefreshIntervalMs: in.MetadataRefreshIntervalMs}
 	if err := b.Create(r.Context(), spec); err != nil {
 		s.fail(w, err)
 		return
@@ -320,6 +321,18 @@ func (s *Server) update(b Backend, w http.ResponseWriter, r *http.Request) {
 	}
 	if in.TopicRegex != nil {
 		spec.TopicRegex = in.TopicRegex
+	}
+	if in.GroupsInclude != nil {
+		spec.GroupsInclude = in.GroupsInclude
+	}
+	if in.GroupsExclude != nil {
+		spec.GroupsExclude = in.GroupsExclude
+	}
+	if in.ACLInclude != nil {
+		spec.ACLInclude = in.ACLInclude
+	}
+	if in.MetadataRefreshIntervalMs != 0 {
+		spec.MetadataRefreshIntervalMs = in.MetadataRefreshIntervalMs
 	}
 	if err := b.Update(r.Context(), spec); err != nil {
 		s.fail(w, err)

@@ -116,6 +116,13 @@ type Mirror struct {
 	// TopicRegex mirrors every source topic whose whole name matches one
 	// of these regular expressions (Go RE2), also those created later.
 	TopicRegex []string `hcl:"topic_regex,optional"`
+	// Metadata sync (README "Metadata sync"): the KIP's
+	// mirror.groups.include, mirror.groups.exclude, mirror.acl.include and
+	// mirror.metadata.refresh.interval.ms.
+	GroupsInclude             []string `hcl:"groups_include,optional"`
+	GroupsExclude             []string `hcl:"groups_exclude,optional"`
+	ACLInclude                []string `hcl:"acl_include,optional"`
+	MetadataRefreshIntervalMs int64    `hcl:"metadata_refresh_interval_ms,optional"`
 }
 
 // Load reads and checks a configuration file.
@@ -222,7 +229,8 @@ func (f *File) RefreshInterval() time.Duration {
 
 // Spec returns the mirror as the coordinator takes it.
 func (m Mirror) Spec() coordinator.MirrorSpec {
-	s := coordinator.MirrorSpec{Name: m.Name, Topics: m.Topics, TopicConfigExclude: m.TopicConfigExclude, TopicRegex: m.TopicRegex}
+	s := coordinator.MirrorSpec{Name: m.Name, Topics: m.Topics, TopicConfigExclude: m.TopicConfigExclude, TopicRegex: m.TopicRegex,
+		GroupsInclude: m.GroupsInclude, GroupsExclude: m.GroupsExclude, ACLInclude: m.ACLInclude, MetadataRefreshIntervalMs: m.MetadataRefreshIntervalMs}
 	if m.Source != nil {
 		s.Source = m.Source.Conn()
 	}

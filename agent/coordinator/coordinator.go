@@ -24,6 +24,7 @@ import (
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/kafkaconn"
 	"github.com/kmirror/kmirror/agent/leaders"
+	"github.com/kmirror/kmirror/agent/metasync"
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/agent/readonly"
 	"github.com/kmirror/kmirror/agent/secrets"
@@ -47,7 +48,23 @@ type MirrorSpec struct {
 	// topic names, like Kafka's mirror.topics.include: matching topics are
 	// added to Topics at every metadata refresh (topics.go).
 	TopicRegex []string `json:"topic_regex,omitempty"`
+	// GroupsInclude and GroupsExclude are mirror.groups.include and
+	// mirror.groups.exclude: whole-id regular expressions of the
+	// consumer groups whose offsets are synced (nil include means ".*",
+	// empty means none; exclude wins).
+	GroupsInclude []string `json:"groups_include"`
+	GroupsExclude []string `json:"groups_exclude,omitempty"`
+	// ACLInclude is mirror.acl.include (metasync.ParseACLRule); nil means
+	// "*", empty syncs no ACLs.
+	ACLInclude []string `json:"acl_include"`
+	// MetadataRefreshIntervalMs is mirror.metadata.refresh.interval.ms;
+	// 0 means Config.RefreshInterval.
+	MetadataRefreshIntervalMs int64 `json:"metadata_refresh_interval_ms,omitempty"`
 }
+
+// minRefreshInterval bounds metadata_refresh_interval_ms from below, so
+// that a typo cannot make the agent hammer both clusters.
+const minRefreshInterval = 100 * time.Millisecond
 
 var mirrorName = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,200}$`)
 
@@ -82,6 +99,15 @@ func (s MirrorSpec) Validate() error {
 		seen[t] = true
 	}
 	errs = append(errs, validateTopicRegex(s.TopicRegex)...)
+	if _, err := metasync.NewFilter(s.GroupsInclude, s.GroupsExclude); err != nil {
+		errs = append(errs, err.Error()+"; use a Go (RE2) regular expression matching whole group ids")
+	}
+	if _, err := metasync.ParseACLRules("acl_include", s.ACLInclude); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if ms := s.MetadataRefreshIntervalMs; ms != 0 && time.Duration(ms)*time.Millisecond < minRefreshInterval {
+		errs = append(errs, fmt.Sprintf("metadata_refresh_interval_ms: %d is below the minimum of %d; leave it out for the agent's default", ms, minRefreshInterval.Milliseconds()))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid mirror %q: %s", s.Name, strings.Join(errs, "; "))
 	}

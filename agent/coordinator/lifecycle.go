@@ -524,6 +524,7 @@ func (m *mirror) finishStop(tp fetcher.TP, rp *runningPartition, stop context.Ca
 		m.log.Error("stop failed", "partition", tp.String(), "error", err)
 		return
 	}
+	m.finalGroupSync(ctx, tp) // consumers moving over find the source's last commits
 	reason := ""
 	if mode == StopPromote {
 		if note := m.fenceNote(tp.Topic); note != "" {

@@ -17,6 +17,7 @@ import (
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/kafkaconn"
 	"github.com/kmirror/kmirror/agent/leaders"
+	"github.com/kmirror/kmirror/agent/metasync"
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/agent/topics"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
@@ -92,6 +93,11 @@ type mirror struct {
 	// recreating: topics a recover with recreate is deleting and
 	// creating again (recreate.go); topic syncs leave them alone.
 	recreating map[string]bool
+	// Metadata sync (metasync.go): its status per kind, and a channel
+	// closed to make the sync loops run at once.
+	sync     *metasync.Tracker
+	syncKick chan struct{}
+	final    finalSyncs
 }
 
 func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
@@ -101,6 +107,7 @@ func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
 		refresh: make(chan struct{}, 1), done: make(chan struct{}),
 		stopModes: map[fetcher.TP]StopMode{}, stoppedBy: map[fetcher.TP]StopMode{}, promoteBy: map[fetcher.TP]time.Time{}, recoverTPs: map[fetcher.TP]bool{}, recoverTopics: map[string]bool{},
 		ro: map[string]roState{}, roReleased: map[string]bool{}, fenced: map[string]fenceState{}, recreating: map[string]bool{},
+		sync: metasync.NewTracker(), syncKick: make(chan struct{}),
 		ctx:      context.Background(),
 		throttle: fetcher.NewThrottle(), counters: &fetcher.Counters{},
 	}
@@ -114,6 +121,7 @@ func (m *mirror) setSpec(s MirrorSpec) {
 	case m.refresh <- struct{}{}:
 	default:
 	}
+	m.kickSync()
 }
 
 func (m *mirror) setErr(err error) {
@@ -216,15 +224,14 @@ func (m *mirror) runConnected(ctx context.Context) error {
 		m.source = nil
 		m.mu.Unlock()
 	}()
-	t := time.NewTicker(m.c.cfg.RefreshInterval)
-	defer t.Stop()
+	m.wg.Go(func() { m.runSync(fctx, src) })
 	for {
 		m.discoverTopics(fctx, srcAdm)
 		m.syncTopics(fctx, mgr, sourceReader{src, srcMeta}, f)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-time.After(m.interval()):
 		case <-m.refresh:
 		}
 	}
@@ -255,6 +262,7 @@ func (m *mirror) syncTopics(ctx context.Context, mgr *topics.Manager, source sou
 		}
 		m.mu.Unlock()
 	}
+	m.recordPartitionSync(names)
 }
 
 func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sourceReader, f *fetcher.Fetcher, topic string) error {
@@ -444,7 +452,7 @@ func (m *mirror) persistPartition(ctx context.Context, tp fetcher.TP, st partiti
 func (m *mirror) status() MirrorStatus {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	st := MirrorStatus{Name: m.spec.Name, Source: kafkaconn.Redact(m.spec.Source), TopicRegex: slices.Clone(m.spec.TopicRegex), Error: m.err, Warnings: slices.Clone(m.warnings), StateCounts: map[partition.State]int{}}
+	st := MirrorStatus{Name: m.spec.Name, Source: kafkaconn.Redact(m.spec.Source), TopicRegex: slices.Clone(m.spec.TopicRegex), Error: m.err, Warnings: slices.Clone(m.warnings), StateCounts: map[partition.State]int{}, Sync: m.sync.Status()}
 	if m.fetch != nil {
 		st.BufferedBytes = m.fetch.Buffered()
 	}

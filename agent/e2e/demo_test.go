@@ -15,7 +15,8 @@ import (
 // promises: terraform apply creates the mirror, the agent mirrors, lag reaches
 // 0, an independent client reads the same record at the same offset on both
 // clusters, a failover through terraform makes the destination writable right after the last
-// mirrored offset; and that it cleans up.
+// mirrored offset, a consumer group resumes on the destination where it left off on the source;
+// and that it cleans up.
 func TestDemo(t *testing.T) {
 	root := moduleRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -49,6 +50,24 @@ func TestDemo(t *testing.T) {
 	write := regexp.MustCompile(`(?m)^destination\s+partition 1 offset (\d+) \(new write after failover\)$`).FindStringSubmatch(text)
 	if end == nil || write == nil || end[2] != write[1] {
 		t.Errorf("the write after failover did not land at the destination end: table %q, write %q\n%s", end, write, text)
+	}
+	// A consumer group that read on the source resumes on the destination
+	// at the offsets it committed there (synced at the failover).
+	next := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^source\s+group billing: partition (\d+) next offset (\d+)$`).FindAllStringSubmatch(text, -1) {
+		next[m[1]] = m[2]
+	}
+	resumed := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^destination\s+group billing: partition (\d+) resumes at offset (\d+)$`).FindAllStringSubmatch(text, -1) {
+		resumed[m[1]] = m[2]
+	}
+	if len(next) == 0 {
+		t.Errorf("the demo's consumer group read nothing on the source:\n%s", text)
+	}
+	for p, o := range next {
+		if resumed[p] != o {
+			t.Errorf("group billing partition %s: next offset %s on the source, resumed at %q on the destination\n%s", p, o, resumed[p], text)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(root, ".work", "demo", "pids")); !os.IsNotExist(err) {
 		t.Errorf("the demo left its pid file behind (processes not cleaned up?): %v", err)

@@ -166,7 +166,7 @@ mirror "unused" {
 	// The wrong password is a mirror error (the source refuses it; kfake
 	// closes the connection where Kafka answers SASL_AUTHENTICATION_FAILED),
 	// then the update corrects it.
-	waitFor(t, 30*time.Second, "mirror fix to fail authenticating", func() (bool, string) {
+	waitUntil(t, 30*time.Second, "mirror fix to fail authenticating", func() (bool, string) {
 		var m mirrorapi.Mirror
 		_ = json.Unmarshal(call("GET", "/v1/mirrors/fix", "", 200), &m)
 		return strings.Contains(m.Error, "connecting to source"), m.Error
@@ -180,7 +180,7 @@ mirror "unused" {
 	}
 	waitMirrorOffsets := func(n int64) {
 		t.Helper()
-		waitFor(t, 60*time.Second, fmt.Sprintf("every mirror at offset %d", n), func() (bool, string) {
+		waitUntil(t, 60*time.Second, fmt.Sprintf("every mirror at offset %d", n), func() (bool, string) {
 			var d mirrorapi.DescribeResponse
 			_ = json.Unmarshal(call("GET", "/v1/mirrors", "", 200), &d)
 			done := 0
@@ -284,7 +284,7 @@ func TestAgentRefusesLiteralSecretWithoutKey(t *testing.T) {
 	if _, err := a.api.Create(ctx, spec); err != nil {
 		t.Fatalf("a reference without a key: %v", err)
 	}
-	waitFor(t, 30*time.Second, "mirror dr to run", func() (bool, string) {
+	waitUntil(t, 30*time.Second, "mirror dr to run", func() (bool, string) {
 		m, err := a.api.Mirror(ctx, "dr")
 		return err == nil && m.Error == "" && m.StateCounts[mirrorapi.StateMirroring] == 1, fmt.Sprintf("%+v %v", m, err)
 	})
@@ -293,7 +293,7 @@ func TestAgentRefusesLiteralSecretWithoutKey(t *testing.T) {
 // waitReady polls /readyz until the agent has loaded its state.
 func waitReady(t *testing.T, base string) {
 	t.Helper()
-	waitFor(t, 30*time.Second, "/readyz", func() (bool, string) {
+	waitUntil(t, 30*time.Second, "/readyz", func() (bool, string) {
 		resp, err := http.Get(base + "/readyz")
 		if err != nil {
 			return false, err.Error()
@@ -305,18 +305,10 @@ func waitReady(t *testing.T, base string) {
 
 // waitFor polls cond until it holds, failing the test after timeout with
 // cond's last word.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: %s", what, last)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if ok, why := poll(timeout, cond); !ok {
+		t.Fatalf("waiting for %s: %s", what, why)
 	}
 }
 

@@ -150,3 +150,40 @@ func TestCollectorNoSource(t *testing.T) {
 		t.Errorf("series without a source: %d, %v", n, err)
 	}
 }
+
+// TestCollectorSync: each kind of metadata sync has its error counter (the
+// KIP's *SyncError), its items and, once it succeeded, its last success.
+func TestCollectorSync(t *testing.T) {
+	c := metrics.NewCollector()
+	c.SetSource(fakeSource{{
+		Name: "dr", StateCounts: map[mirrorapi.State]int{},
+		Sync: mirrorapi.MetadataSync{
+			Configs:    mirrorapi.SyncStatus{LastSuccess: "2026-11-30T12:00:00Z", Items: 2},
+			Partitions: mirrorapi.SyncStatus{LastSuccess: "2026-11-30T12:00:00Z", Items: 6, Errors: 1},
+			Groups:     mirrorapi.SyncStatus{LastSuccess: "2026-11-30T12:00:01Z", Items: 4},
+			ACLs:       mirrorapi.SyncStatus{Errors: 7, LastError: "no authorizer"},
+		},
+	}})
+	want := `
+# HELP kmirror_sync_errors_total Failed metadata syncs of the mirror per kind (configs, partitions, groups, acls) since the agent started (KIP-1279 *SyncError).
+# TYPE kmirror_sync_errors_total counter
+kmirror_sync_errors_total{kind="acls",mirror="dr"} 7
+kmirror_sync_errors_total{kind="configs",mirror="dr"} 0
+kmirror_sync_errors_total{kind="groups",mirror="dr"} 0
+kmirror_sync_errors_total{kind="partitions",mirror="dr"} 1
+# HELP kmirror_sync_items Items the last successful metadata sync of the kind found in sync: topics (configs), partitions, consumer groups, ACLs.
+# TYPE kmirror_sync_items gauge
+kmirror_sync_items{kind="acls",mirror="dr"} 0
+kmirror_sync_items{kind="configs",mirror="dr"} 2
+kmirror_sync_items{kind="groups",mirror="dr"} 4
+kmirror_sync_items{kind="partitions",mirror="dr"} 6
+# HELP kmirror_sync_last_success_timestamp_seconds Unix time of the last metadata sync of the kind that completed without error; absent before the first.
+# TYPE kmirror_sync_last_success_timestamp_seconds gauge
+kmirror_sync_last_success_timestamp_seconds{kind="configs",mirror="dr"} 1.79604e+09
+kmirror_sync_last_success_timestamp_seconds{kind="groups",mirror="dr"} 1.796040001e+09
+kmirror_sync_last_success_timestamp_seconds{kind="partitions",mirror="dr"} 1.79604e+09
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "kmirror_sync_errors_total", "kmirror_sync_items", "kmirror_sync_last_success_timestamp_seconds"); err != nil {
+		t.Error(err)
+	}
+}

@@ -22,6 +22,10 @@
 //	byte-rate (MirrorReplication) kmirror_mirror_throttle_rate_bytes_per_second{mirror}
 //	                            (the throttle's ceiling, 0 without one) and
 //	                            kmirror_mirror_throttled_seconds_total{mirror}
+//	TopicConfigMetadataSyncError, ConsumerGroupOffsetSyncError, AclSyncError
+//	                            kmirror_sync_errors_total{mirror,kind} (kind configs,
+//	                            groups, acls; partitions for partition growth)
+//	(time of the last sync)     kmirror_sync_last_success_timestamp_seconds{mirror,kind}
 //
 // Counters come from cumulative describe figures: they restart from zero
 // when a partition's mirror restarts (agent restart, topic re-added), which
@@ -40,6 +44,7 @@ import (
 	"slices"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -102,6 +107,12 @@ var (
 		"Ceiling of the mirror's replication throttle in bytes per second, 0 without one (KIP-1279 mirror.replication.throttled.rate).", []string{"mirror"}, nil)
 	descThrottled = prometheus.NewDesc("kmirror_mirror_throttled_seconds_total",
 		"Time the mirror's throttle held its throttled partitions back.", []string{"mirror"}, nil)
+	descSyncErrors = prometheus.NewDesc("kmirror_sync_errors_total",
+		"Failed metadata syncs of the mirror per kind (configs, partitions, groups, acls) since the agent started (KIP-1279 *SyncError).", []string{"mirror", "kind"}, nil)
+	descSyncSuccess = prometheus.NewDesc("kmirror_sync_last_success_timestamp_seconds",
+		"Unix time of the last metadata sync of the kind that completed without error; absent before the first.", []string{"mirror", "kind"}, nil)
+	descSyncItems = prometheus.NewDesc("kmirror_sync_items",
+		"Items the last successful metadata sync of the kind found in sync: topics (configs), partitions, consumer groups, ACLs.", []string{"mirror", "kind"}, nil)
 
 	descFetchRequests = prometheus.NewDesc("kmirror_fetch_requests_total",
 		"Fetch requests the agent's fetch loops sent to source brokers, all mirrors.", nil, nil)
@@ -128,6 +139,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descLag, descLagSeconds, descBytes, descRecords, descLost, descRetries,
 		descMaxLag, descFailed, descStates, descBuffered, descMirrorError, descTopicError,
+		descSyncErrors, descSyncSuccess, descSyncItems,
 		descFetchRequests, descFetchErrors, descFetchThrottle,
 		descMirrorFetchRequests, descMirrorFetchErrors, descMirrorFetchedBytes, descDeadFetchers, descThrottleRate, descThrottled,
 	} {
@@ -175,6 +187,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descThrottleRate, rate)
 		counter(descThrottled, float64(m.Fetch.ThrottledMillis)/1000)
 		gauge(descMirrorError, b2f(m.Error != ""))
+		for kind, s := range map[string]mirrorapi.SyncStatus{
+			"configs": m.Sync.Configs, "partitions": m.Sync.Partitions, "groups": m.Sync.Groups, "acls": m.Sync.ACLs,
+		} {
+			ch <- prometheus.MustNewConstMetric(descSyncErrors, prometheus.CounterValue, float64(s.Errors), m.Name, kind)
+			gauge(descSyncItems, float64(s.Items), kind)
+			if t, err := time.Parse(time.RFC3339, s.LastSuccess); err == nil {
+				gauge(descSyncSuccess, float64(t.Unix()), kind)
+			}
+		}
 		for _, t := range m.Topics {
 			gauge(descTopicError, b2f(t.Error != ""), t.Name)
 			for _, p := range t.Partitions {

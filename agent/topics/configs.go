@@ -130,6 +130,20 @@ func Managed(key, sourceCleanupPolicy string) bool {
 	return ok && isCompacted(sourceCleanupPolicy)
 }
 
+// Copied reports whether DestinationConfigs copies the source config key:
+// it is neither in exclude (nil means DefaultExclude) nor one of the keys
+// never copied. Config sync follows exactly these keys, less the Managed
+// ones.
+func Copied(key string, exclude []string) bool {
+	if exclude == nil {
+		exclude = defaultExclude
+	}
+	if slices.Contains(alwaysDropped, key) {
+		return false
+	}
+	return !slices.ContainsFunc(exclude, func(k string) bool { return strings.TrimSpace(k) == key })
+}
+
 // DestinationConfigs returns the configs a destination topic must have.
 //
 // source holds the source topic's non-default configs (those set on the topic

@@ -162,6 +162,31 @@ func TestManaged(t *testing.T) {
 	}
 }
 
+// TestCopied: Copied agrees with DestinationConfigs on which source keys are
+// copied, for the default and a custom exclude list.
+func TestCopied(t *testing.T) {
+	for _, tc := range []struct {
+		key     string
+		exclude []string
+		ok      bool
+	}{
+		{"retention.ms", nil, true},
+		{"min.insync.replicas", nil, false},
+		{"mirror.name", []string{}, false},
+		{"message.timestamp.difference.max.ms", []string{}, false},
+		{"min.insync.replicas", []string{"retention.ms"}, true},
+		{"retention.ms", []string{" retention.ms"}, false},
+	} {
+		if got := Copied(tc.key, tc.exclude); got != tc.ok {
+			t.Errorf("Copied(%q, %q) = %v, want %v", tc.key, tc.exclude, got, tc.ok)
+		}
+		_, copied := DestinationConfigs(map[string]string{tc.key: "1"}, tc.exclude, 0)[tc.key]
+		if copied != tc.ok {
+			t.Errorf("DestinationConfigs copies %q with exclude %q: %v, Copied says %v", tc.key, tc.exclude, copied, tc.ok)
+		}
+	}
+}
+
 func TestExportedListsAreCopies(t *testing.T) {
 	d := DefaultExclude()
 	d[0] = "changed"

@@ -93,6 +93,35 @@ type Mirror struct {
 	Throttle *Throttle `json:"throttle,omitempty"`
 	// Fetch are the mirror's fetch figures.
 	Fetch FetchStats `json:"fetch"`
+	// Sync is the metadata sync of the mirror (DESIGN §5), per kind.
+	Sync MetadataSync `json:"sync"`
+}
+
+// MetadataSync is the state of each kind of metadata sync of a mirror.
+type MetadataSync struct {
+	Configs    SyncStatus `json:"configs"`
+	Partitions SyncStatus `json:"partitions"`
+	Groups     SyncStatus `json:"groups"`
+	ACLs       SyncStatus `json:"acls"`
+}
+
+// SyncStatus is one kind of metadata sync as describe shows it.
+type SyncStatus struct {
+	// LastSuccess is when a sync of this kind last completed without
+	// error (RFC 3339), empty before the first.
+	LastSuccess string `json:"last_success,omitempty"`
+	// Items is what the last sync found in sync on the destination:
+	// topics (configs), partitions, consumer groups, ACLs.
+	Items int `json:"items"`
+	// LastError is the error of the last sync, empty when it succeeded.
+	LastError string `json:"last_error,omitempty"`
+	// Errors counts failed syncs since the agent started (KIP-1279's
+	// TopicConfigMetadataSyncError, ConsumerGroupOffsetSyncError,
+	// AclSyncError).
+	Errors int64 `json:"errors"`
+	// Drift lists what the last sync that found destination-side changes
+	// to synced items reverted (configs only).
+	Drift []string `json:"drift,omitempty"`
 }
 
 // Topic is one mirror topic.
@@ -200,6 +229,23 @@ type MirrorSpec struct {
 	// now or created later, are added to Topics at the next metadata
 	// refresh (internal topics, starting with "__", never).
 	TopicRegex []string `json:"topic_regex,omitempty"`
+	// GroupsInclude is mirror.groups.include: regular expressions (whole
+	// group ids) of the consumer groups whose offsets are synced; left
+	// out (null), [".*"]; an empty list syncs none.
+	GroupsInclude []string `json:"groups_include"`
+	// GroupsExclude is mirror.groups.exclude: groups never synced, which
+	// wins over GroupsInclude.
+	GroupsExclude []string `json:"groups_exclude,omitempty"`
+	// ACLInclude is mirror.acl.include: rules
+	// RESOURCE-TYPE;RESOURCE-NAME;OPERATION;PERMISSION;PRINCIPAL ("*"
+	// matches anything, RESOURCE-NAME is a regular expression, trailing
+	// fields may be left out); left out (null), ["*"]; an empty list
+	// syncs none.
+	ACLInclude []string `json:"acl_include"`
+	// MetadataRefreshIntervalMs is mirror.metadata.refresh.interval.ms:
+	// how often topic configs, partitions, group offsets and ACLs are
+	// synced; 0 means the agent's default (30000).
+	MetadataRefreshIntervalMs int64 `json:"metadata_refresh_interval_ms,omitempty"`
 }
 
 // AddTopicsRequest is the body of POST /v1/mirrors/{name}/topics.

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +50,12 @@ func (fixtureBackend) Describe() []coordinator.MirrorStatus {
 					p("bar", 0, 12, 7, mirrorapi.StateFailed, "destination topic \"bar\" was recreated"),
 				}},
 				{Name: "baz", Error: "source topic \"baz\" does not exist", Partitions: []mirrorapi.Partition{}},
+			},
+			Sync: mirrorapi.MetadataSync{
+				Configs:    mirrorapi.SyncStatus{LastSuccess: "2026-11-30T12:00:00Z", Items: 2, Drift: []string{`topic foo: retention.ms was "1000" on the destination, set back to "86400000"`}},
+				Partitions: mirrorapi.SyncStatus{LastSuccess: "2026-11-30T12:00:00Z", Items: 3, Errors: 1, LastError: `topic "baz": source topic "baz" does not exist`},
+				Groups:     mirrorapi.SyncStatus{LastSuccess: "2026-11-30T12:00:01Z", Items: 4},
+				ACLs:       mirrorapi.SyncStatus{Errors: 7, LastError: "the destination has no authorizer"},
 			}},
 		{Name: "mig", Source: mirrorapi.Source{BootstrapServers: []string{"old:9092"}}, Error: "connecting to source old:9092: dial tcp: lookup old: no such host",
 			StateCounts: map[mirrorapi.State]int{}, Topics: []mirrorapi.Topic{}},
@@ -153,6 +160,18 @@ func TestVerbs(t *testing.T) {
 		t.Errorf("--failback from a source without a stopped mirror: %v", err)
 	}
 	run("Updated mirror dr\n", runUpdate, "--mirror", "dr", "--source-bootstrap", src.BootstrapString())
+	run("Updated mirror dr\n", runUpdate, "--mirror", "dr", "--config", "mirror.groups.include=app-.*,billing", "--config", "mirror.metadata.refresh.interval.ms=500", "--config", "mirror.acl.include=")
+	if ms := co.Mirrors(); len(ms) != 1 || !slices.Equal(ms[0].GroupsInclude, []string{"app-.*", "billing"}) || ms[0].MetadataRefreshIntervalMs != 500 ||
+		ms[0].ACLInclude == nil || len(ms[0].ACLInclude) != 0 || len(ms[0].Topics) != 2 {
+		t.Errorf("update --config: the mirror's spec is %+v", ms)
+	}
+	var st *exitStatus
+	if _, err := capture(t, runCreate, "--mirror", "x", "--source-bootstrap", "h:1", "--config", "mirror.acl.include"); !errors.As(err, &st) || st.Code != 2 {
+		t.Errorf("--config without '=': %v, want exit status 2", err)
+	}
+	if _, err := capture(t, runUpdate, "--mirror", "dr", "--config", "mirror.acl.include=TABLE;x"); !mirrorapi.IsCode(err, mirrorapi.CodeInvalidConfig) || !strings.Contains(err.Error(), "acl_include") {
+		t.Errorf("update with a bad ACL rule: %v", err)
+	}
 	run("dr      "+src.BootstrapString()+"  2", runList)
 	run(`"topics": [
         "orders",
@@ -189,6 +208,7 @@ func TestVerbs(t *testing.T) {
 		{"add", "--mirror", "dr"},
 		{"add", "--mirror", "dr", "--topic", "audit", "--recreate"},
 		{"update", "--mirror", "dr"},
+		{"update", "--mirror", "dr", "--config", "mirror.groups.inlcude=.*"},
 		{"delete"},
 		{"list", "--output", "yaml"},
 		{"offsets", "--mirror", "dr", "extra"},

@@ -141,7 +141,8 @@ func runDescribe(ctx context.Context, args []string) error {
 }
 
 // writeTable prints KIP-1279's describe table, one line per partition, and
-// each mirror's or topic's error below it.
+// each mirror's or topic's error below it, then one line per mirror and kind
+// of metadata sync once any sync ran.
 func writeTable(w io.Writer, ms []mirrorapi.Mirror) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "MIRROR\tTOPIC\tPARTITION\tSOURCE-OFFSET\tDESTINATION-OFFSET\tLAG\tSTATE")
@@ -171,5 +172,34 @@ func writeTable(w io.Writer, ms []mirrorapi.Mirror) error {
 	for _, n := range notes {
 		fmt.Fprintln(w, n)
 	}
+	for _, m := range ms {
+		for _, k := range []struct {
+			name string
+			s    mirrorapi.SyncStatus
+		}{{"configs", m.Sync.Configs}, {"partitions", m.Sync.Partitions}, {"groups", m.Sync.Groups}, {"acls", m.Sync.ACLs}} {
+			if line := syncLine(k.s); line != "" {
+				fmt.Fprintf(w, "mirror %s sync %s: %s\n", m.Name, k.name, line)
+			}
+		}
+	}
 	return nil
+}
+
+// syncLine summarizes one kind of metadata sync, "" before any ran.
+func syncLine(s mirrorapi.SyncStatus) string {
+	if s.LastSuccess == "" && s.LastError == "" {
+		return ""
+	}
+	last := "never succeeded"
+	if s.LastSuccess != "" {
+		last = fmt.Sprintf("%d in sync at %s", s.Items, s.LastSuccess)
+	}
+	line := fmt.Sprintf("%s, %d error(s)", last, s.Errors)
+	if s.LastError != "" {
+		line += "; last error: " + s.LastError
+	}
+	if len(s.Drift) > 0 {
+		line += "; drift reverted: " + strings.Join(s.Drift, "; ")
+	}
+	return line
 }

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/kmirror/kmirror/internal/mirrorapi"
@@ -47,6 +48,31 @@ func (l *regexFlag) Set(v string) error {
 	return nil
 }
 
+// configFlag is the repeatable --config KEY=VALUE flag: KIP-1279 mirror
+// config keys, translated by mirrorapi.ApplyConfig.
+type configFlag map[string]string
+
+func (c configFlag) String() string {
+	var kv []string
+	for k, v := range c {
+		kv = append(kv, k+"="+v)
+	}
+	slices.Sort(kv)
+	return strings.Join(kv, " ")
+}
+
+func (c configFlag) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || strings.TrimSpace(k) == "" {
+		return fmt.Errorf("%q is not KEY=VALUE (known keys: %s)", v, strings.Join(mirrorapi.ConfigKeys(), ", "))
+	}
+	c[strings.TrimSpace(k)] = val
+	return nil
+}
+
+// configUsage documents --config.
+var configUsage = "a KIP-1279 mirror config KEY=VALUE (repeatable; lists comma-separated): " + strings.Join(mirrorapi.ConfigKeys(), ", ")
+
 // splitList splits a comma-separated flag value, nil when it is empty.
 func splitList(v string) []string {
 	var l listFlag
@@ -83,6 +109,8 @@ func runCreate(ctx context.Context, args []string) error {
 	fs.Var(&exclude, "topic-config-exclude", "a topic config not to sync (repeatable; default: the KIP's list)")
 	var regexes regexFlag
 	fs.Var(&regexes, "topic-regex", "mirror every source topic whose whole name matches this regular expression (Go RE2), also those created later (repeatable)")
+	configs := configFlag{}
+	fs.Var(configs, "config", configUsage)
 	if err := parse(fs, args, mirror); err != nil {
 		return err
 	}
@@ -92,6 +120,9 @@ func runCreate(ctx context.Context, args []string) error {
 	spec := mirrorapi.MirrorSpec{Name: *mirror, Source: mirrorapi.Source{BootstrapServers: splitList(*bootstrap)}, Topics: topics, TopicConfigExclude: exclude, TopicRegex: regexes}
 	if err := security.apply(&spec.Source); err != nil {
 		return err
+	}
+	if err := mirrorapi.ApplyConfig(&spec, configs); err != nil {
+		return usageError("--config %v", err)
 	}
 	if _, err := newClient(*addr, *token).Create(ctx, spec); err != nil {
 		return err
@@ -112,11 +143,13 @@ func runUpdate(ctx context.Context, args []string) error {
 	var topics, exclude listFlag
 	fs.Var(&topics, "topic", "a topic to add (repeatable, or comma-separated)")
 	fs.Var(&exclude, "topic-config-exclude", "replace the topic configs not synced (repeatable)")
+	configs := configFlag{}
+	fs.Var(configs, "config", configUsage+"; replaces that setting, takes effect at once")
 	if err := parse(fs, args, mirror); err != nil {
 		return err
 	}
-	if *bootstrap == "" && len(topics) == 0 && len(exclude) == 0 {
-		return usageError("nothing to change: give --source-bootstrap, --topic or --topic-config-exclude")
+	if *bootstrap == "" && len(topics) == 0 && len(exclude) == 0 && len(configs) == 0 {
+		return usageError("nothing to change: give --source-bootstrap, --topic, --topic-config-exclude or --config")
 	}
 	if security.given() && *bootstrap == "" {
 		return usageError("--source-* security settings replace the whole source: give --source-bootstrap too")
@@ -125,6 +158,9 @@ func runUpdate(ctx context.Context, args []string) error {
 	spec := mirrorapi.MirrorSpec{Source: mirrorapi.Source{BootstrapServers: splitList(*bootstrap)}, TopicConfigExclude: exclude}
 	if err := security.apply(&spec.Source); err != nil {
 		return err
+	}
+	if err := mirrorapi.ApplyConfig(&spec, configs); err != nil {
+		return usageError("--config %v", err)
 	}
 	if len(topics) > 0 {
 		// PUT takes the whole topic list: the current one plus the new.

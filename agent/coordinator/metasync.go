@@ -1,0 +1,297 @@
+package coordinator
+
+// Metadata sync (DESIGN §5): while a mirror is connected to its source, each
+// kind (topic configs, consumer-group offsets, ACLs) runs in a loop of its
+// own every mirror.metadata.refresh.interval.ms, so that one failing or slow
+// kind never holds up the others; partition growth runs with the topic sync
+// (syncTopics) and is recorded alongside. A stop syncs the group offsets of
+// the partition once more before it is STOPPED.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kmirror/kmirror/agent/fetcher"
+	"github.com/kmirror/kmirror/agent/metasync"
+	"github.com/kmirror/kmirror/agent/partition"
+)
+
+// syncTimeout bounds one sync of one kind.
+const syncTimeout = time.Minute
+
+// finalSyncTimeout bounds the group offset sync of a stop, which must
+// complete with the source gone too.
+const finalSyncTimeout = 5 * time.Second
+
+// interval is the mirror's metadata refresh interval: its spec's, else the
+// agent's.
+func (m *mirror) interval() time.Duration {
+	m.mu.Lock()
+	ms := m.spec.MetadataRefreshIntervalMs
+	m.mu.Unlock()
+	if ms > 0 {
+		return time.Duration(ms) * time.Millisecond
+	}
+	return m.c.cfg.RefreshInterval
+}
+
+// kickSync makes every sync loop run at once (a spec changed).
+func (m *mirror) kickSync() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	close(m.syncKick)
+	m.syncKick = make(chan struct{})
+}
+
+// runSync runs the sync loops of configs, groups and ACLs against src until
+// ctx ends.
+func (m *mirror) runSync(ctx context.Context, src *kgo.Client) {
+	srcAdm := kadm.NewClient(src)
+	configs := metasync.NewConfigs(srcAdm, m.c.dstAdm, m.log.Named("configs"))
+	groups := metasync.NewGroups(srcAdm, m.c.dstAdm, m.log.Named("groups"))
+	acls := metasync.NewACLs(src, m.c.dst, aclStore{m.c, m.rec.Spec.Name}, m.log.Named("acls"))
+	runs := map[metasync.Kind]func(context.Context, MirrorSpec) (metasync.Result, error){
+		metasync.KindConfigs: func(ctx context.Context, spec MirrorSpec) (metasync.Result, error) {
+			return configs.Sync(ctx, m.liveTopics(spec), spec.TopicConfigExclude)
+		},
+		metasync.KindGroups: func(ctx context.Context, spec MirrorSpec) (metasync.Result, error) {
+			f, err := metasync.NewFilter(spec.GroupsInclude, spec.GroupsExclude)
+			if err != nil {
+				return metasync.Result{}, err
+			}
+			return groups.Sync(ctx, f, m.groupPartitions(spec))
+		},
+		metasync.KindACLs: func(ctx context.Context, spec MirrorSpec) (metasync.Result, error) {
+			rules, err := metasync.ParseACLRules("acl_include", spec.ACLInclude)
+			if err != nil {
+				return metasync.Result{}, err
+			}
+			return acls.Sync(ctx, rules)
+		},
+	}
+	var wg sync.WaitGroup
+	for kind, run := range runs {
+		wg.Go(func() { m.syncLoop(ctx, kind, run) })
+	}
+	wg.Wait()
+}
+
+func (m *mirror) syncLoop(ctx context.Context, kind metasync.Kind, run func(context.Context, MirrorSpec) (metasync.Result, error)) {
+	for {
+		m.mu.Lock()
+		spec, kick := m.spec, m.syncKick
+		m.mu.Unlock()
+		rctx, cancel := context.WithTimeout(ctx, syncTimeout)
+		res, err := run(rctx, spec)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		m.recordSync(kind, res, err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-kick:
+		case <-time.After(m.interval()):
+		}
+	}
+}
+
+// recordSync records a sync's outcome for describe and metrics, logging a
+// failure when it starts or changes and a recovery once.
+func (m *mirror) recordSync(kind metasync.Kind, res metasync.Result, err error) {
+	if !m.sync.Record(kind, res, err, time.Now()) {
+		return
+	}
+	if err != nil {
+		m.log.Error("metadata sync failed; the other kinds go on", "kind", kind, "error", err)
+	} else {
+		m.log.Info("metadata sync works again", "kind", kind)
+	}
+}
+
+// liveTopics are spec's topics that still mirror: some partition known and
+// not STOPPING or STOPPED. A stopped topic is an ordinary destination topic:
+// its configs no longer follow the source.
+func (m *mirror) liveTopics(spec MirrorSpec) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	live := map[string]bool{}
+	for tp, rp := range m.parts {
+		if s := rp.pm.Status().State; s != partition.Stopping && s != partition.Stopped {
+			live[tp.Topic] = true
+		}
+	}
+	var out []string
+	for _, t := range spec.Topics {
+		if live[t] {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// groupPartitions are the partitions whose group offsets are synced: those
+// MIRRORING or PAUSED, where the destination holds the source's records at
+// the same offsets. Other states are either not there yet or, STOPPED, the
+// destination's own (a stop syncs them one last time).
+func (m *mirror) groupPartitions(spec MirrorSpec) map[string][]int32 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string][]int32{}
+	for tp, rp := range m.parts {
+		if s := rp.pm.Status().State; (s == partition.Mirroring || s == partition.Paused) && slices.Contains(spec.Topics, tp.Topic) {
+			out[tp.Topic] = append(out[tp.Topic], tp.Partition)
+		}
+	}
+	return out
+}
+
+// recordPartitionSync records the outcome of a topic sync as the partitions
+// kind: growth happens there (topics.Manager.Ensure).
+func (m *mirror) recordPartitionSync(topics []string) {
+	m.mu.Lock()
+	var errs []error
+	items := 0
+	for _, t := range topics {
+		if e := m.topicErrs[t]; e != "" {
+			errs = append(errs, fmt.Errorf("topic %q: %s", t, e))
+			continue
+		}
+		for tp := range m.parts {
+			if tp.Topic == t {
+				items++
+			}
+		}
+	}
+	m.mu.Unlock()
+	m.recordSync(metasync.KindPartitions, metasync.Result{Items: items}, errors.Join(errs...))
+}
+
+// finalGroupSync syncs the group offsets of tp once more when it stops, its
+// destination end final, so that consumers moving over find the offsets
+// committed on the source up to the stop. It is bounded (the source may be
+// gone); if it cannot run, the offsets of the last periodic sync stay.
+// Partitions stopping together share a sync: one runs at a time, and the
+// partitions that arrive meanwhile go in the next, so that stopping a
+// topic of many partitions reads the groups twice rather than once per
+// partition.
+func (m *mirror) finalGroupSync(ctx context.Context, tp fetcher.TP) {
+	done := make(chan struct{})
+	m.final.mu.Lock()
+	if m.final.pending == nil {
+		m.final.pending = map[string][]int32{}
+	}
+	m.final.pending[tp.Topic] = append(m.final.pending[tp.Topic], tp.Partition)
+	m.final.waiters = append(m.final.waiters, done)
+	if !m.final.running {
+		m.final.running = true
+		// (A stop calls this from a lifecycle goroutine, so ops is
+		// not zero here: run waits for this one too.)
+		m.ops.Add(1)
+		go func() {
+			defer m.ops.Done()
+			m.runFinalSyncs()
+		}()
+	}
+	m.final.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// finalSyncs batches the final group syncs of stopping partitions.
+type finalSyncs struct {
+	mu      sync.Mutex
+	running bool
+	pending map[string][]int32
+	waiters []chan struct{}
+}
+
+// runFinalSyncs runs final group syncs until none is pending.
+func (m *mirror) runFinalSyncs() {
+	for {
+		m.final.mu.Lock()
+		parts, waiters := m.final.pending, m.final.waiters
+		m.final.pending, m.final.waiters = nil, nil
+		if len(waiters) == 0 {
+			m.final.running = false
+			m.final.mu.Unlock()
+			return
+		}
+		m.final.mu.Unlock()
+		m.syncGroupsNow(parts)
+		for _, w := range waiters {
+			close(w)
+		}
+	}
+}
+
+// syncGroupsNow syncs the group offsets of parts, within the bound of a
+// stop's final sync.
+func (m *mirror) syncGroupsNow(parts map[string][]int32) {
+	m.mu.Lock()
+	src, spec := m.source, m.spec
+	m.mu.Unlock()
+	if src == nil {
+		m.log.Warn("stop: the source is not connected; consumer group offsets stay as last synced", "partitions", parts)
+		return
+	}
+	f, err := metasync.NewFilter(spec.GroupsInclude, spec.GroupsExclude)
+	if err != nil {
+		return // Validate refused it already
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, min(finalSyncTimeout, m.c.cfg.StopTimeout/4))
+	defer cancel()
+	res, err := metasync.NewGroups(kadm.NewClient(src.cl), m.c.dstAdm, m.log.Named("groups")).Sync(ctx, f, parts)
+	if err != nil {
+		m.sync.Record(metasync.KindGroups, metasync.Result{}, fmt.Errorf("at the stop of %v: %w", parts, err), time.Now())
+		m.log.Warn("stop: the final consumer group offset sync failed; offsets stay as last synced", "partitions", parts, "error", err)
+		return
+	}
+	m.log.Info("stop: consumer group offsets synced", "partitions", parts, "groups", res.Items)
+}
+
+// aclStore keeps the ACLs a mirror's sync created on the destination in the
+// state topic, one record each (acl/MIRROR/KEY), so that a restarted agent
+// deletes them when they go from the source, and nothing else.
+type aclStore struct {
+	c      *Coordinator
+	mirror string
+}
+
+func (s aclStore) prefix() string { return "acl/" + s.mirror + "/" }
+
+func (s aclStore) Owned() []metasync.ACL {
+	var out []metasync.ACL
+	for k, v := range s.c.store.All() {
+		if !strings.HasPrefix(k, s.prefix()) {
+			continue
+		}
+		var a metasync.ACL
+		if err := json.Unmarshal(v, &a); err != nil {
+			s.c.log.Error("skipping an unreadable ACL record", "key", k, "error", err)
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func (s aclStore) Own(ctx context.Context, a metasync.ACL) error {
+	return s.c.putJSON(ctx, s.prefix()+a.Key(), a)
+}
+
+func (s aclStore) Disown(ctx context.Context, a metasync.ACL) error {
+	return s.c.store.Put(ctx, s.prefix()+a.Key(), nil)
+}
