@@ -31,8 +31,9 @@ func TestRecoverRecreate(t *testing.T) {
 	p.waitMirrored(t, a, topic, failWait)
 	p.waitMirrored(t, a, other, failWait)
 	ctx := testCtx(t)
-	// A config the operator set on the destination topic itself.
-	if _, err := p.dstAdm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "segment.bytes", Value: new("1048576")}}, topic); err != nil {
+	// A config the operator set on the destination topic itself (one that
+	// config sync leaves local: it is in the KIP default exclude list).
+	if _, err := p.dstAdm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "min.insync.replicas", Value: new("2")}}, topic); err != nil {
 		t.Fatal(err)
 	}
 	oldID := topicIDOf(t, p.dstAdm, topic)
@@ -79,12 +80,12 @@ func TestRecoverRecreate(t *testing.T) {
 	}
 	seg := ""
 	for _, c := range rc.Configs {
-		if c.Key == "segment.bytes" {
+		if c.Key == "min.insync.replicas" {
 			seg = c.MaybeValue()
 		}
 	}
-	if seg != "1048576" {
-		t.Errorf("segment.bytes of the recreated topic: %q, want the 1048576 set before", seg)
+	if seg != "2" {
+		t.Errorf("min.insync.replicas of the recreated topic: %q, want the 2 set before", seg)
 	}
 	if got := ends(t, p.dstAdm, other); fmt.Sprint(got) != fmt.Sprint(otherEnds) {
 		t.Errorf("the refused recreate changed %s: %v, then %v", other, otherEnds, got)
