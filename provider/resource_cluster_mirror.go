@@ -45,10 +45,10 @@ type clusterMirrorModel struct {
 	MetadataRefreshInterval types.String `tfsdk:"metadata_refresh_interval"`
 	Config                  types.Map    `tfsdk:"config"`
 	SourceClusterID         types.String `tfsdk:"source_cluster_id"`
-	MaxLag             types.Int64  `tfsdk:"max_lag"`
-	StateCounts        types.Map    `tfsdk:"state_counts"`
-	TopicCount         types.Int64  `tfsdk:"topic_count"`
-	Error              types.String `tfsdk:"error"`
+	MaxLag                  types.Int64  `tfsdk:"max_lag"`
+	StateCounts             types.Map    `tfsdk:"state_counts"`
+	TopicCount              types.Int64  `tfsdk:"topic_count"`
+	Error                   types.String `tfsdk:"error"`
 }
 
 func (r *clusterMirrorResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
