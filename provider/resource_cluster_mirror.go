@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 
+	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
@@ -23,6 +24,7 @@ var (
 	_ resource.ResourceWithConfigure      = (*clusterMirrorResource)(nil)
 	_ resource.ResourceWithImportState    = (*clusterMirrorResource)(nil)
 	_ resource.ResourceWithValidateConfig = (*clusterMirrorResource)(nil)
+	_ resource.ResourceWithModifyPlan     = (*clusterMirrorResource)(nil)
 )
 
 // NewClusterMirrorResource is kafka_cluster_mirror.
@@ -226,6 +228,23 @@ func (r *clusterMirrorResource) ImportState(ctx context.Context, req resource.Im
 		return
 	}
 	resource.ImportStatePassthroughID(ctx, path.Root("name"), req, resp)
+}
+
+// ModifyPlan marks the figures unknown when an update is planned. The
+// framework does so only when the configuration differs from the state,
+// before the settings' plan modifiers run, and a setting left out that
+// plans its default again is an update too (the mirror may reconnect, and
+// its figures change).
+func (r *clusterMirrorResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.State.Raw.IsNull() || req.Plan.Raw.IsNull() || req.Plan.Raw.Equal(req.State.Raw) {
+		return
+	}
+	for name, v := range map[string]attr.Value{
+		"max_lag": types.Int64Unknown(), "topic_count": types.Int64Unknown(), "error": types.StringUnknown(),
+		"source_cluster_id": types.StringUnknown(), "state_counts": types.MapUnknown(types.Int64Type),
+	} {
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root(name), v)...)
+	}
 }
 
 func (r *clusterMirrorResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
