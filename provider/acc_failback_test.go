@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
@@ -241,6 +243,17 @@ func TestAccMirrorTopic_failback(t *testing.T) {
 				// Read back: nothing to change.
 				Config:   e.failbackConfig("stopped", srv.URL, failbackTopic("orders", false)+failbackTopic("payments", true)),
 				PlanOnly: true,
+			},
+			{
+				// Switch back to P: promote the failback topic, in place.
+				Config: e.failbackConfig("stopped", srv.URL,
+					strings.Replace(failbackTopic("orders", false), "failback = true", "failback = true\n  state    = \"promoted\"", 1)+failbackTopic("payments", true)),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(backOrders, plancheck.ResourceActionUpdate),
+				}},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(backOrders, tfjsonpath.New("state"), knownvalue.StringExact("promoted")),
+				},
 			},
 		},
 	})
