@@ -174,7 +174,7 @@ resource "terraform_data" "offsets" {
 				// saying to fail back instead.
 				Config:      e.stateConfig("mirroring", ""),
 				PlanOnly:    true,
-				ExpectError: regexp.MustCompile(`(?s)Cannot change a stopped topic to mirroring.*writable on the destination.*fail\s+back.*other\s+direction`),
+				ExpectError: regexp.MustCompile(`(?s)Cannot change a stopped topic to mirroring.*writable on the destination.*fail\s+back.*other\s+direction.*failback\s+=\s+true`),
 			},
 			{
 				Config:      e.stateConfig("promoted", ""),

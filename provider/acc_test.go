@@ -148,8 +148,7 @@ func (e *accEnv) waitMirrored(t *testing.T, mirror, topic string, want map[int32
 	}
 }
 
-// checkExclude checks the exclude list the agent persisted for mirror
-// (describe does not show it).
+// checkExclude checks the exclude list the agent persisted for mirror.
 func (e *accEnv) checkExclude(mirror string, want []string) resource.TestCheckFunc {
 	return func(*terraform.State) error {
 		for _, m := range e.co.Mirrors() {
@@ -266,7 +265,8 @@ func TestAccClusterMirror_lifecycle(t *testing.T) {
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownValue(mirror, tfjsonpath.New("id"), knownvalue.StringExact("dr")),
 					statecheck.ExpectKnownValue(mirror, tfjsonpath.New("source").AtMapKey("bootstrap_servers"), strList(src[0])),
-					statecheck.ExpectKnownValue(mirror, tfjsonpath.New("topic_config_exclude"), knownvalue.Null()),
+					// Left out, the KIP's default list, as the agent reports it.
+					statecheck.ExpectKnownValue(mirror, tfjsonpath.New("topic_config_exclude"), strList(topics.DefaultExclude()...)),
 					statecheck.ExpectKnownValue(mirror, tfjsonpath.New("error"), knownvalue.StringExact("")),
 					statecheck.ExpectKnownValue(topic, tfjsonpath.New("id"), knownvalue.StringExact("dr/orders")),
 					statecheck.ExpectKnownValue(topic, tfjsonpath.New("mirror"), knownvalue.StringExact("dr")),
@@ -348,23 +348,25 @@ func TestAccClusterMirror_lifecycle(t *testing.T) {
 				),
 			},
 			{
-				// Import while the exclude list is set: the agent does not
-				// report it, so it cannot be verified.
-				ResourceName:            mirror,
-				ImportState:             true,
-				ImportStateId:           "dr",
-				ImportStateVerify:       true,
-				ImportStateVerifyIgnore: []string{"topic_config_exclude"},
+				// Import while the exclude list is set: read back too.
+				ResourceName:      mirror,
+				ImportState:       true,
+				ImportStateId:     "dr",
+				ImportStateVerify: true,
 			},
 			{
 				// Unsetting the exclude list sends the KIP default it
 				// stands for (the agent keeps a list left out).
 				Config: e.accConfig(src[1]) + accDataSources,
-				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
-					plancheck.ExpectResourceAction(mirror, plancheck.ResourceActionUpdate),
-				}},
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectResourceAction(mirror, plancheck.ResourceActionUpdate),
+						plancheck.ExpectKnownValue(mirror, tfjsonpath.New("topic_config_exclude"), strList(topics.DefaultExclude()...)),
+					},
+					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				},
 				ConfigStateChecks: []statecheck.StateCheck{
-					statecheck.ExpectKnownValue(mirror, tfjsonpath.New("topic_config_exclude"), knownvalue.Null()),
+					statecheck.ExpectKnownValue(mirror, tfjsonpath.New("topic_config_exclude"), strList(topics.DefaultExclude()...)),
 				},
 				Check: e.checkExclude("dr", topics.DefaultExclude()),
 			},

@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
@@ -32,6 +33,14 @@ var mirrorAttrTypes = map[string]attr.Type{
 	"state_counts": types.MapType{ElemType: types.Int64Type},
 	"topic_count":  types.Int64Type,
 	"error":        types.StringType,
+
+	"source_cluster_id":    types.StringType,
+	attrTopicConfigExclude: types.ListType{ElemType: types.StringType},
+	attrGroupsInclude:      types.ListType{ElemType: types.StringType},
+	attrGroupsExclude:      types.ListType{ElemType: types.StringType},
+	attrACLInclude:         types.ListType{ElemType: types.StringType},
+	attrTopicRegex:         types.ListType{ElemType: types.StringType},
+	attrRefreshInterval:    types.StringType,
 }
 
 // mirrorObject turns the agent's view of a mirror into the data sources'
@@ -44,10 +53,13 @@ func mirrorObject(ctx context.Context, m mirrorapi.Mirror) (types.Object, diag.D
 	diags.Append(d...)
 	src, d := types.ObjectValue(mirrorAttrTypes["source"].(types.ObjectType).AttrTypes, map[string]attr.Value{"bootstrap_servers": bs})
 	diags.Append(d...)
-	obj, d := types.ObjectValue(mirrorAttrTypes, map[string]attr.Value{
+	vals, d := settingsValues(ctx, m)
+	diags.Append(d...)
+	maps.Copy(vals, map[string]attr.Value{
 		"name": types.StringValue(m.Name), "source": src, "topics": f.Topics, "max_lag": f.MaxLag,
 		"state_counts": f.StateCounts, "topic_count": f.TopicCount, "error": f.Error,
 	})
+	obj, d := types.ObjectValue(mirrorAttrTypes, vals)
 	diags.Append(d...)
 	return obj, diags
 }
@@ -68,6 +80,20 @@ func mirrorComputedAttributes() map[string]schema.Attribute {
 		"state_counts": schema.MapAttribute{Computed: true, ElementType: types.Int64Type, Description: "Number of partitions in each state (lower case)."},
 		"topic_count":  schema.Int64Attribute{Computed: true, Description: "Number of topics."},
 		"error":        schema.StringAttribute{Computed: true, Description: "Why the mirror is not running, empty when it runs."},
+
+		"source_cluster_id": schema.StringAttribute{Computed: true, Description: "The source cluster's id, from its metadata when the agent last connected to it; empty until it has."},
+		attrTopicConfigExclude: schema.ListAttribute{Computed: true, ElementType: types.StringType,
+			Description: "Source topic config keys not copied (KIP-1279 `mirror.topic.properties.exclude`), the KIP's default list unless set."},
+		attrGroupsInclude: schema.ListAttribute{Computed: true, ElementType: types.StringType,
+			Description: "Consumer groups whose offsets are synced (KIP-1279 `mirror.groups.include`, whole-id regular expressions)."},
+		attrGroupsExclude: schema.ListAttribute{Computed: true, ElementType: types.StringType,
+			Description: "Consumer groups never synced (KIP-1279 `mirror.groups.exclude`)."},
+		attrACLInclude: schema.ListAttribute{Computed: true, ElementType: types.StringType,
+			Description: "Rules of the source ACLs copied to the destination (KIP-1279 `mirror.acl.include`)."},
+		attrTopicRegex: schema.ListAttribute{Computed: true, ElementType: types.StringType,
+			Description: "Regular expressions of source topics mirrored as they appear."},
+		attrRefreshInterval: schema.StringAttribute{Computed: true,
+			Description: "How often the agent syncs topic configs, partitions, group offsets and ACLs (KIP-1279 `mirror.metadata.refresh.interval.ms`), as a Go duration."},
 	}
 }
 

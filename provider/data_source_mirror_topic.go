@@ -26,6 +26,8 @@ type mirrorTopicDataModel struct {
 	MaxLag           types.Int64  `tfsdk:"max_lag"`
 	Reason           types.String `tfsdk:"reason"`
 	ReadOnlyEnforced types.Bool   `tfsdk:"read_only_enforced"`
+	DivergentTopic   types.String `tfsdk:"divergent_topic"`
+	DivergentRecords types.Int64  `tfsdk:"divergent_records"`
 }
 
 // NewMirrorTopicDataSource is data "kafka_mirror_topic".
@@ -54,6 +56,8 @@ func (d *mirrorTopicDataSource) Schema(_ context.Context, _ datasource.SchemaReq
 			"state": schema.StringAttribute{Computed: true, Description: "The topic's state: `mirroring`, `paused`, `stopped` (by a failover stop), " +
 				"`promoted` (stopped by a promote), or `stopping`, `failed` or `mixed` (partitions in different states) while it is none of these."},
 			"read_only_enforced": schema.BoolAttribute{Computed: true, Description: rod},
+			"divergent_topic":    schema.StringAttribute{Computed: true, Description: divergentTopicDescription},
+			"divergent_records":  schema.Int64Attribute{Computed: true, Description: divergentRecordsDescription},
 		},
 	}
 }
@@ -84,5 +88,6 @@ func (d *mirrorTopicDataSource) Read(ctx context.Context, req datasource.ReadReq
 	resp.Diagnostics.Append(diags...)
 	cfg.ID = types.StringValue(topicID(mirror, t.Name))
 	cfg.State, cfg.Partitions, cfg.MaxLag, cfg.Reason, cfg.ReadOnlyEnforced = f.State, f.Partitions, f.MaxLag, f.Reason, f.ReadOnlyEnforced
+	cfg.DivergentTopic, cfg.DivergentRecords = f.DivergentTopic, f.DivergentRecords
 	resp.Diagnostics.Append(resp.State.Set(ctx, &cfg)...)
 }

@@ -129,6 +129,11 @@ type topicFigures struct {
 	MaxLag           types.Int64
 	Reason           types.String
 	ReadOnlyEnforced types.Bool
+	// DivergentTopic and DivergentRecords are where a failback with
+	// recreate put the records the destination took after the last
+	// mirrored offset; "" and 0 when none.
+	DivergentTopic   types.String
+	DivergentRecords types.Int64
 }
 
 // flattenTopic turns the agent's view of a topic into its computed
@@ -166,10 +171,15 @@ func flattenTopic(t mirrorapi.Topic) (topicFigures, diag.Diagnostics) {
 	}
 	list, d := types.ListValue(partitionObjectType, parts)
 	diags.Append(d...)
-	return topicFigures{
+	f := topicFigures{
 		State: types.StringValue(state), Partitions: list, MaxLag: types.Int64Value(maxLag),
 		Reason: types.StringValue(strings.Join(reasons, "; ")), ReadOnlyEnforced: types.BoolValue(t.ReadOnlyEnforced),
-	}, diags
+		DivergentTopic: types.StringValue(""), DivergentRecords: types.Int64Value(0),
+	}
+	if t.Failback != nil {
+		f.DivergentTopic, f.DivergentRecords = types.StringValue(t.Failback.DivergentTopic), types.Int64Value(t.Failback.DivergentRecords)
+	}
+	return f, diags
 }
 
 // findTopic returns topic of mirror m.

@@ -3,8 +3,9 @@ package provider
 import (
 	"context"
 	"fmt"
+	"maps"
 
-	"github.com/hashicorp/terraform-plugin-framework-validators/listvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
@@ -15,7 +16,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/kmirror/kmirror/agent/topics"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
@@ -24,6 +24,7 @@ var (
 	_ resource.ResourceWithConfigure      = (*clusterMirrorResource)(nil)
 	_ resource.ResourceWithImportState    = (*clusterMirrorResource)(nil)
 	_ resource.ResourceWithValidateConfig = (*clusterMirrorResource)(nil)
+	_ resource.ResourceWithModifyPlan     = (*clusterMirrorResource)(nil)
 )
 
 // NewClusterMirrorResource is kafka_cluster_mirror.
@@ -38,10 +39,18 @@ type clusterMirrorModel struct {
 	Name               types.String `tfsdk:"name"`
 	Source             *sourceModel `tfsdk:"source"`
 	TopicConfigExclude types.List   `tfsdk:"topic_config_exclude"`
-	MaxLag             types.Int64  `tfsdk:"max_lag"`
-	StateCounts        types.Map    `tfsdk:"state_counts"`
-	TopicCount         types.Int64  `tfsdk:"topic_count"`
-	Error              types.String `tfsdk:"error"`
+	GroupsInclude      types.List   `tfsdk:"consumer_groups_include"`
+	GroupsExclude      types.List   `tfsdk:"consumer_groups_exclude"`
+	ACLInclude         types.List   `tfsdk:"acl_include"`
+	TopicRegex         types.List   `tfsdk:"topic_regex"`
+	// MetadataRefreshInterval is a Go duration string.
+	MetadataRefreshInterval types.String `tfsdk:"metadata_refresh_interval"`
+	Config                  types.Map    `tfsdk:"config"`
+	SourceClusterID         types.String `tfsdk:"source_cluster_id"`
+	MaxLag                  types.Int64  `tfsdk:"max_lag"`
+	StateCounts             types.Map    `tfsdk:"state_counts"`
+	TopicCount              types.Int64  `tfsdk:"topic_count"`
+	Error                   types.String `tfsdk:"error"`
 }
 
 func (r *clusterMirrorResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -63,15 +72,6 @@ func (r *clusterMirrorResource) Schema(_ context.Context, _ resource.SchemaReque
 				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},
 			"source": sourceAttribute(),
-			// Optional attributes
-			"topic_config_exclude": schema.ListAttribute{
-				Optional:    true,
-				ElementType: types.StringType,
-				Description: "Source topic config keys not copied to the destination (KIP-1279 `mirror.topic.properties.exclude`). " +
-					"Unset means the KIP's default list. Changes apply in place. The agent does not report this list back, " +
-					"so it is not read on refresh or import and changes made outside Terraform are not detected.",
-				Validators: []validator.List{listvalidator.SizeAtLeast(1), listvalidator.UniqueValues()},
-			},
 			// Computed attributes
 			"id": schema.StringAttribute{
 				Computed:      true,
@@ -95,8 +95,13 @@ func (r *clusterMirrorResource) Schema(_ context.Context, _ resource.SchemaReque
 				Computed:    true,
 				Description: "Why the mirror is not running (for example an unreachable source), empty when it runs.",
 			},
+			"source_cluster_id": schema.StringAttribute{
+				Computed:    true,
+				Description: "The source cluster's id, from its metadata when the agent last connected to it; empty until it has.",
+			},
 		},
 	}
+	maps.Copy(resp.Schema.Attributes, settingsAttributes())
 }
 
 func (r *clusterMirrorResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
@@ -113,9 +118,7 @@ func (r *clusterMirrorResource) Create(ctx context.Context, req resource.CreateR
 	var d diag.Diagnostics
 	spec.Source, d = configuredSource(ctx, req.Config)
 	resp.Diagnostics.Append(d...)
-	if !plan.TopicConfigExclude.IsNull() {
-		resp.Diagnostics.Append(plan.TopicConfigExclude.ElementsAs(ctx, &spec.TopicConfigExclude, false)...)
-	}
+	settingsToSpec(ctx, plan, nil, &spec)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -134,8 +137,8 @@ func (r *clusterMirrorResource) Create(ctx context.Context, req resource.CreateR
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 
-// setFromAgent copies what the agent reports into model. The exclude list
-// is not reported, so it keeps its value.
+// setFromAgent copies what the agent reports into model; config keeps its
+// value (the typed attributes show what it set).
 func (r *clusterMirrorResource) setFromAgent(ctx context.Context, model *clusterMirrorModel, m mirrorapi.Mirror) (diags diag.Diagnostics) {
 	model.ID = types.StringValue(m.Name)
 	model.Name = types.StringValue(m.Name)
@@ -145,6 +148,7 @@ func (r *clusterMirrorResource) setFromAgent(ctx context.Context, model *cluster
 	f, d := flattenMirror(ctx, m)
 	diags.Append(d...)
 	model.MaxLag, model.StateCounts, model.TopicCount, model.Error = f.MaxLag, f.StateCounts, f.TopicCount, f.Error
+	diags.Append(settingsFromAgent(ctx, model, m)...)
 	return diags
 }
 
@@ -182,14 +186,9 @@ func (r *clusterMirrorResource) Update(ctx context.Context, req resource.UpdateR
 	var d diag.Diagnostics
 	spec.Source, d = configuredSource(ctx, req.Config)
 	resp.Diagnostics.Append(d...)
-	switch {
-	case !plan.TopicConfigExclude.IsNull():
-		resp.Diagnostics.Append(plan.TopicConfigExclude.ElementsAs(ctx, &spec.TopicConfigExclude, false)...)
-	case !state.TopicConfigExclude.IsNull():
-		// Unset again: the agent keeps a left-out list, so send the
-		// default it stands for.
-		spec.TopicConfigExclude = topics.DefaultExclude()
-	}
+	// Settings unset again plan the default they stand for, which is sent:
+	// the agent keeps a field left out.
+	settingsToSpec(ctx, plan, &state, &spec)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -231,6 +230,23 @@ func (r *clusterMirrorResource) ImportState(ctx context.Context, req resource.Im
 	resource.ImportStatePassthroughID(ctx, path.Root("name"), req, resp)
 }
 
+// ModifyPlan marks the figures unknown when an update is planned. The
+// framework does so only when the configuration differs from the state,
+// before the settings' plan modifiers run, and a setting left out that
+// plans its default again is an update too (the mirror may reconnect, and
+// its figures change).
+func (r *clusterMirrorResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.State.Raw.IsNull() || req.Plan.Raw.IsNull() || req.Plan.Raw.Equal(req.State.Raw) {
+		return
+	}
+	for name, v := range map[string]attr.Value{
+		"max_lag": types.Int64Unknown(), "topic_count": types.Int64Unknown(), "error": types.StringUnknown(),
+		"source_cluster_id": types.StringUnknown(), "state_counts": types.MapUnknown(types.Int64Type),
+	} {
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root(name), v)...)
+	}
+}
+
 func (r *clusterMirrorResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
 	var src *sourceModel
 	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("source"), &src)...)
@@ -238,6 +254,7 @@ func (r *clusterMirrorResource) ValidateConfig(ctx context.Context, req resource
 		return
 	}
 	resp.Diagnostics.Append(validateSource(ctx, src)...)
+	resp.Diagnostics.Append(validateSettings(ctx, req.Config)...)
 }
 
 // configuredSource returns the source of the configuration, the only place

@@ -13,6 +13,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/boolplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
@@ -58,6 +60,10 @@ type mirrorTopicModel struct {
 	MaxLag           types.Int64    `tfsdk:"max_lag"`
 	Reason           types.String   `tfsdk:"reason"`
 	ReadOnlyEnforced types.Bool     `tfsdk:"read_only_enforced"`
+	Failback         types.Bool     `tfsdk:"failback"`
+	Recreate         types.Bool     `tfsdk:"recreate"`
+	DivergentTopic   types.String   `tfsdk:"divergent_topic"`
+	DivergentRecords types.Int64    `tfsdk:"divergent_records"`
 	Timeouts         timeouts.Value `tfsdk:"timeouts"`
 }
 
@@ -122,7 +128,33 @@ func (r *mirrorTopicResource) Schema(ctx context.Context, _ resource.SchemaReque
 				Description: stateDescription,
 				Validators:  []validator.String{stringvalidator.OneOf(configurableTopicStates...)},
 			},
+			"failback": schema.BoolAttribute{
+				Optional: true,
+				Description: "Add the topic as a failback (`kmirror add --failback`): `mirror` is a mirror in the other direction, on the " +
+					"agent whose destination is the old source cluster, reading the cluster the topic was failed over to. Mirroring " +
+					"resumes at each partition's last mirrored offset, read from the state topic of the stopped mirror; the topic must be " +
+					"stopped or promoted there. When the old source took records after that offset, creating the resource fails, " +
+					"unless `recreate` is true. Only used when the resource is created; changing it replaces the resource. " +
+					"See the failback guide.",
+				PlanModifiers: []planmodifier.Bool{boolplanmodifier.RequiresReplace()},
+			},
+			"recreate": schema.BoolAttribute{
+				Optional: true,
+				Description: "With `failback`: when the destination (the old source) took records after the last mirrored offset, copy " +
+					"them to a side topic `TOPIC.kmirror-divergent-<unix time>` (see `divergent_topic`), delete the topic and mirror it " +
+					"whole. Only used when the resource is created with `failback = true`.",
+			},
 			// Computed attributes
+			"divergent_topic": schema.StringAttribute{
+				Computed:      true,
+				Description:   divergentTopicDescription,
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"divergent_records": schema.Int64Attribute{
+				Computed:      true,
+				Description:   divergentRecordsDescription,
+				PlanModifiers: []planmodifier.Int64{int64planmodifier.UseStateForUnknown()},
+			},
 			"id": schema.StringAttribute{
 				Computed:      true,
 				Description:   "`MIRROR/TOPIC`, the import ID.",
@@ -152,12 +184,20 @@ func (r *mirrorTopicResource) Configure(_ context.Context, req resource.Configur
 	r.client = clientFrom(req.ProviderData, &resp.Diagnostics)
 }
 
+// The descriptions of the failback's computed attributes.
+const (
+	divergentTopicDescription = "After a failback with `recreate`: the side topic, on the destination, holding the records the " +
+		"destination took after the last mirrored offset; empty when there were none."
+	divergentRecordsDescription = "After a failback with `recreate`: how many records were copied to `divergent_topic`."
+)
+
 // failbackHint is what to do instead of mirroring a stopped topic again.
 const failbackHint = "A stopped topic is writable on the destination and its mirror has ended for good: it cannot mirror, " +
-	"pause or be promoted again. To mirror it back, fail back with a mirror in the other direction: on an agent whose " +
-	"destination is the old source cluster, with a mirror reading this cluster, add the topic with " +
-	"`kmirror add --mirror MIRROR --topic TOPIC --failback` (it resumes at the last mirrored offset; the provider cannot " +
-	"fail back yet), and once it has caught up, promote it there. To keep this resource, set state to %q again."
+	"pause or be promoted again. To mirror it back, fail back with a mirror in the other direction: on the agent whose " +
+	"destination is the old source cluster, declare a kafka_cluster_mirror reading this cluster and a kafka_mirror_topic " +
+	"for the topic with failback = true (add recreate = true if the old source took records after the stop; " +
+	"CLI: kmirror add --failback). It resumes at the last mirrored offset; once it has caught up, promote it there. " +
+	"To keep this resource, set state to %q again."
 
 // checkTransition says why a plan cannot move a topic from state from to
 // state to, "" when it can. It is the plan-time side of the agent's rule
@@ -209,6 +249,11 @@ func (r *mirrorTopicResource) ModifyPlan(ctx context.Context, req resource.Modif
 	}
 	to := plan.State.ValueString()
 	if req.State.Raw.IsNull() {
+		if plan.Recreate.ValueBool() && !plan.Failback.ValueBool() && !plan.Failback.IsUnknown() {
+			resp.Diagnostics.AddAttributeError(path.Root("recreate"), "recreate without failback",
+				"recreate only applies to a failback: set failback = true as well, or leave recreate out. "+
+					"To recreate the destination of a failed topic, use kmirror recover --recreate.")
+		}
 		if terminal(to) {
 			resp.Diagnostics.AddAttributeError(path.Root("state"), fmt.Sprintf("A new mirror topic cannot start %s", to),
 				"A kafka_mirror_topic starts by mirroring: create it with state \"mirroring\" (or \"paused\"), then change "+
@@ -243,9 +288,23 @@ func (r *mirrorTopicResource) Create(ctx context.Context, req resource.CreateReq
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	mirror, topic, target := plan.Mirror.ValueString(), plan.Topic.ValueString(), plan.State.ValueString()
-	m, err := r.client.AddTopics(ctx, mirror, []string{topic})
+	m, err := r.client.AddTopicsWith(ctx, mirror, mirrorapi.AddTopicsRequest{
+		Topics: []string{topic}, Failback: plan.Failback.ValueBool(), Recreate: plan.Failback.ValueBool() && plan.Recreate.ValueBool(),
+	})
 	if err != nil {
 		what := fmt.Sprintf("Adding topic %q to mirror %q", topic, mirror)
+		if mirrorapi.IsCode(err, mirrorapi.CodeFailbackRefused) {
+			detail := err.Error()
+			var apiErr *mirrorapi.APIError
+			if errors.As(err, &apiErr) {
+				detail = apiErr.Body.Message
+			}
+			if !plan.Recreate.ValueBool() && strings.Contains(detail, "recreate") {
+				detail += "\n\nIn Terraform: set recreate = true on this kafka_mirror_topic (with failback = true) to do so."
+			}
+			resp.Diagnostics.AddAttributeError(path.Root("failback"), fmt.Sprintf("Failback of topic %q refused by mirror %q", topic, mirror), detail)
+			return
+		}
 		if cur, gerr := r.client.Mirror(ctx, mirror); gerr == nil {
 			if _, ok := findTopic(cur, topic); ok {
 				resp.Diagnostics.AddError(what+": already mirrored",
@@ -317,6 +376,7 @@ func setTopic(model *mirrorTopicModel, mirror string, t mirrorapi.Topic) diag.Di
 	model.Topic = types.StringValue(t.Name)
 	model.State = f.State
 	model.Partitions, model.MaxLag, model.Reason, model.ReadOnlyEnforced = f.Partitions, f.MaxLag, f.Reason, f.ReadOnlyEnforced
+	model.DivergentTopic, model.DivergentRecords = f.DivergentTopic, f.DivergentRecords
 	return diags
 }
 

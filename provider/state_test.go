@@ -1,8 +1,12 @@
 package provider
 
 import (
+	"context"
 	"strings"
 	"testing"
+
+	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
+	"github.com/hashicorp/terraform-plugin-go/tftypes"
 
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
@@ -58,6 +62,57 @@ func TestCheckTransition(t *testing.T) {
 			if refused && terminal(from) && !strings.Contains(detail, "writable") && !terminal(to) {
 				t.Errorf("%s -> %s: %q does not say the topic is writable", from, to, detail)
 			}
+		}
+	}
+}
+
+// TestFailbackPlan: the plan-time message for a stopped topic points to a
+// kafka_mirror_topic with failback = true, and recreate without failback is
+// refused when the topic is planned.
+func TestFailbackPlan(t *testing.T) {
+	for _, from := range []string{topicStopped, topicPromoted} {
+		_, detail := checkTransition(from, topicMirroring)
+		if !strings.Contains(detail, "kafka_mirror_topic for the topic with failback = true") || !strings.Contains(detail, "recreate = true") {
+			t.Errorf("%s -> mirroring: %q does not say how to fail back from Terraform", from, detail)
+		}
+	}
+	s := server(t)
+	ctx := context.Background()
+	schemas, err := s.GetProviderSchema(ctx, &tfprotov6.GetProviderSchemaRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sch := schemas.ResourceSchemas["kafka_mirror_topic"]
+	typ := sch.ValueType()
+	prior, err := tfprotov6.NewDynamicValue(typ, tftypes.NewValue(typ, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	boolean := func(b bool) tftypes.Value { return tftypes.NewValue(tftypes.Bool, b) }
+	for _, c := range []struct {
+		name string
+		vals map[string]tftypes.Value
+		want string
+	}{
+		{"failback", map[string]tftypes.Value{"failback": boolean(true)}, ""},
+		{"failback with recreate", map[string]tftypes.Value{"failback": boolean(true), "recreate": boolean(true)}, ""},
+		{"recreate alone", map[string]tftypes.Value{"recreate": boolean(true)}, "recreate only applies to a failback: set failback = true"},
+		{"recreate, failback false", map[string]tftypes.Value{"failback": boolean(false), "recreate": boolean(true)}, "recreate only applies to a failback"},
+	} {
+		vals := map[string]tftypes.Value{"mirror": str("back"), "topic": str("orders"), "state": str(topicMirroring)}
+		for k, v := range c.vals {
+			vals[k] = v
+		}
+		cfg := config(t, sch, vals)
+		resp, err := s.PlanResourceChange(ctx, &tfprotov6.PlanResourceChangeRequest{
+			TypeName: "kafka_mirror_topic", PriorState: &prior, ProposedNewState: cfg, Config: cfg,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := diagText(resp.Diagnostics)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("%s: plan diagnostics %q, want %q", c.name, got, c.want)
 		}
 	}
 }

@@ -251,6 +251,11 @@ func normalize(m mirrorapi.Mirror) mirrorapi.Mirror {
 	if m.StateCounts == nil {
 		m.StateCounts = map[mirrorapi.State]int{}
 	}
+	for _, l := range []*[]string{&m.TopicConfigExclude, &m.GroupsInclude, &m.GroupsExclude, &m.ACLInclude} {
+		if *l == nil {
+			*l = []string{}
+		}
+	}
 	return m
 }
 

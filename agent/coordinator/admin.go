@@ -293,7 +293,26 @@ func (c *Coordinator) start(name string) {
 }
 
 // restart stops mirror name and runs it again from its persisted record.
+// The source cluster id it last read stays in describe until it reconnects.
 func (c *Coordinator) restart(name string) {
+	running := func() *mirror {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.mirrors[name]
+	}
+	var id string
+	if m := running(); m != nil {
+		m.mu.Lock()
+		id = m.sourceClusterID
+		m.mu.Unlock()
+	}
 	c.stop(name)
 	c.start(name)
+	if m := running(); m != nil {
+		m.mu.Lock()
+		if m.sourceClusterID == "" {
+			m.sourceClusterID = id
+		}
+		m.mu.Unlock()
+	}
 }

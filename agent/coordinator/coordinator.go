@@ -64,7 +64,7 @@ type MirrorSpec struct {
 
 // minRefreshInterval bounds metadata_refresh_interval_ms from below, so
 // that a typo cannot make the agent hammer both clusters.
-const minRefreshInterval = 100 * time.Millisecond
+const minRefreshInterval = mirrorapi.MinMetadataRefreshIntervalMs * time.Millisecond
 
 var mirrorName = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,200}$`)
 

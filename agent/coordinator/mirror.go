@@ -98,6 +98,9 @@ type mirror struct {
 	sync     *metasync.Tracker
 	syncKick chan struct{}
 	final    finalSyncs
+	// sourceClusterID is the source's cluster id, from its metadata when
+	// the mirror last connected; empty until it has.
+	sourceClusterID string
 }
 
 func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
@@ -178,6 +181,11 @@ func (m *mirror) runConnected(ctx context.Context) error {
 		return fmt.Errorf("connecting to source %s: %w", strings.Join(spec.Source.BootstrapServers, ","), err)
 	}
 	srcAdm := kadm.NewClient(src)
+	if md, err := srcAdm.BrokerMetadata(ctx); err == nil {
+		m.mu.Lock()
+		m.sourceClusterID = md.Cluster
+		m.mu.Unlock()
+	}
 	findings, err := topics.Preflight(ctx, m.c.dstAdm, srcAdm, spec.Topics...)
 	if err != nil {
 		return fmt.Errorf("preflight check of the destination: %w", err)
@@ -453,6 +461,7 @@ func (m *mirror) status() MirrorStatus {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	st := MirrorStatus{Name: m.spec.Name, Source: kafkaconn.Redact(m.spec.Source), TopicRegex: slices.Clone(m.spec.TopicRegex), Error: m.err, Warnings: slices.Clone(m.warnings), StateCounts: map[partition.State]int{}, Sync: m.sync.Status()}
+	m.settingsLocked(&st)
 	if m.fetch != nil {
 		st.BufferedBytes = m.fetch.Buffered()
 	}
@@ -521,4 +530,25 @@ func (s sourceReader) Bounds(ctx context.Context, topic string, partition int32)
 
 func (s sourceReader) ReadAt(ctx context.Context, tp fetcher.TP, offset int64, maxBytes int32) (fetcher.Chunk, error) {
 	return fetcher.ReadAt(ctx, s.cl, s.meta, tp, offset, maxBytes)
+}
+
+// settingsLocked puts the mirror's settings into st with the defaults they
+// stand for resolved, so that describe says what the agent does and a client
+// (the Terraform provider) can compare them with what it declared.
+func (m *mirror) settingsLocked(st *MirrorStatus) {
+	st.SourceClusterID = m.sourceClusterID
+	orDefault := func(v, def []string) []string {
+		if v == nil {
+			return slices.Clone(def)
+		}
+		return slices.Clone(v)
+	}
+	st.TopicConfigExclude = orDefault(m.spec.TopicConfigExclude, topics.DefaultExclude())
+	st.GroupsInclude = orDefault(m.spec.GroupsInclude, metasync.DefaultGroupsInclude)
+	st.GroupsExclude = orDefault(m.spec.GroupsExclude, []string{})
+	st.ACLInclude = orDefault(m.spec.ACLInclude, metasync.DefaultACLInclude)
+	st.MetadataRefreshIntervalMs = m.c.cfg.RefreshInterval.Milliseconds()
+	if ms := m.spec.MetadataRefreshIntervalMs; ms > 0 {
+		st.MetadataRefreshIntervalMs = ms
+	}
 }

@@ -8,42 +8,21 @@ package coordinator
 
 import (
 	"context"
-	"fmt"
 	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/kmirror/kmirror/agent/topics"
 )
 
 // validateTopicRegex says what is wrong with each of res.
-func validateTopicRegex(res []string) []string {
-	var errs []string
-	seen := map[string]bool{}
-	for _, re := range res {
-		switch {
-		case re == "":
-			errs = append(errs, "topic_regex: an empty regular expression; give one that matches whole topic names, such as orders\\..*")
-		case seen[re]:
-			errs = append(errs, fmt.Sprintf("topic_regex: %q is listed twice", re))
-		default:
-			if _, err := compileTopicRegex(re); err != nil {
-				errs = append(errs, fmt.Sprintf("topic_regex: %q is not a valid regular expression (Go RE2 syntax): %v", re, err))
-			}
-		}
-		seen[re] = true
-	}
-	return errs
-}
+func validateTopicRegex(res []string) []string { return topics.ValidateRegex(res) }
 
 // compileTopicRegex compiles re anchored at both ends, so that it matches
 // whole topic names as Kafka's include lists do.
-func compileTopicRegex(re string) (*regexp.Regexp, error) {
-	if _, err := regexp.Compile(re); err != nil {
-		return nil, err
-	}
-	return regexp.Compile(`^(?:` + re + `)$`)
-}
+func compileTopicRegex(re string) (*regexp.Regexp, error) { return topics.CompileRegex(re) }
 
 // matchTopics returns the names that match one of res, sorted, internal
 // topics left out.

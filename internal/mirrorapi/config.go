@@ -16,6 +16,11 @@ const (
 	ConfigACLInclude                = "mirror.acl.include"
 )
 
+// MinMetadataRefreshIntervalMs is the smallest
+// mirror.metadata.refresh.interval.ms the agent accepts, so that a typo cannot
+// make it hammer both clusters.
+const MinMetadataRefreshIntervalMs = 100
+
 // ConfigKeys returns, sorted, the KIP-1279 keys ApplyConfig understands.
 func ConfigKeys() []string {
 	return []string{ConfigACLInclude, ConfigGroupsExclude, ConfigGroupsInclude, ConfigMetadataRefreshIntervalMs, ConfigTopicPropertiesExclude}

@@ -95,6 +95,19 @@ type Mirror struct {
 	Fetch FetchStats `json:"fetch"`
 	// Sync is the metadata sync of the mirror (DESIGN §5), per kind.
 	Sync MetadataSync `json:"sync"`
+	// SourceClusterID is the source cluster's id, from its metadata when
+	// the agent last connected to it; empty until it has.
+	SourceClusterID string `json:"source_cluster_id,omitempty"`
+
+	// The mirror's settings (MirrorSpec) with the defaults they stand for
+	// resolved: what the agent uses.
+	TopicConfigExclude []string `json:"topic_config_exclude"`
+	GroupsInclude      []string `json:"groups_include"`
+	GroupsExclude      []string `json:"groups_exclude"`
+	ACLInclude         []string `json:"acl_include"`
+	// MetadataRefreshIntervalMs is the spec's interval, or the agent's
+	// default when the spec has none.
+	MetadataRefreshIntervalMs int64 `json:"metadata_refresh_interval_ms"`
 }
 
 // MetadataSync is the state of each kind of metadata sync of a mirror.
@@ -228,14 +241,14 @@ type MirrorSpec struct {
 	// names, like Kafka's mirror.topics.include): source topics that match,
 	// now or created later, are added to Topics at the next metadata
 	// refresh (internal topics, starting with "__", never).
-	TopicRegex []string `json:"topic_regex,omitempty"`
+	TopicRegex []string `json:"topic_regex"`
 	// GroupsInclude is mirror.groups.include: regular expressions (whole
 	// group ids) of the consumer groups whose offsets are synced; left
 	// out (null), [".*"]; an empty list syncs none.
 	GroupsInclude []string `json:"groups_include"`
 	// GroupsExclude is mirror.groups.exclude: groups never synced, which
 	// wins over GroupsInclude.
-	GroupsExclude []string `json:"groups_exclude,omitempty"`
+	GroupsExclude []string `json:"groups_exclude"`
 	// ACLInclude is mirror.acl.include: rules
 	// RESOURCE-TYPE;RESOURCE-NAME;OPERATION;PERMISSION;PRINCIPAL ("*"
 	// matches anything, RESOURCE-NAME is a regular expression, trailing

@@ -56,7 +56,10 @@ func (fixtureBackend) Describe() []coordinator.MirrorStatus {
 				Partitions: mirrorapi.SyncStatus{LastSuccess: "2026-11-30T12:00:00Z", Items: 3, Errors: 1, LastError: `topic "baz": source topic "baz" does not exist`},
 				Groups:     mirrorapi.SyncStatus{LastSuccess: "2026-11-30T12:00:01Z", Items: 4},
 				ACLs:       mirrorapi.SyncStatus{Errors: 7, LastError: "the destination has no authorizer"},
-			}},
+			},
+			SourceClusterID: "src-cluster", TopicConfigExclude: []string{"follower.replication.throttled.replicas"},
+			GroupsInclude: []string{"app-.*"}, GroupsExclude: []string{"app-test"}, ACLInclude: []string{"TOPIC;foo.*"},
+			MetadataRefreshIntervalMs: 30000},
 		{Name: "mig", Source: mirrorapi.Source{BootstrapServers: []string{"old:9092"}}, Error: "connecting to source old:9092: dial tcp: lookup old: no such host",
 			StateCounts: map[mirrorapi.State]int{}, Topics: []mirrorapi.Topic{}},
 	}

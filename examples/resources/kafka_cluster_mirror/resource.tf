@@ -6,4 +6,23 @@ resource "kafka_cluster_mirror" "dr" {
   source = {
     bootstrap_servers = ["kafka-1.primary.example:9092", "kafka-2.primary.example:9092"]
   }
+
+  # KIP-1279's mirror configs, each optional (left out: the KIP's default,
+  # which the state shows). Changed outside Terraform (kmirror update), they
+  # show up as a planned change.
+  consumer_groups_include   = ["app-.*"] # offsets synced, untranslated
+  consumer_groups_exclude   = ["app-.*-test"]
+  acl_include               = ["TOPIC;orders.*"] # source ACLs copied
+  metadata_refresh_interval = "30s"
+  topic_regex               = ["orders\\..*"] # also every matching topic, now or later
+
+  # The same configs by their Kafka names; a key and its typed attribute
+  # cannot both be set.
+  config = {
+    "mirror.topic.properties.exclude" = "follower.replication.throttled.replicas, leader.replication.throttled.replicas"
+  }
+}
+
+output "dr_source_cluster_id" {
+  value = kafka_cluster_mirror.dr.source_cluster_id
 }

@@ -18,3 +18,18 @@ resource "kafka_mirror_topic" "orders" {
 output "orders_max_lag" {
   value = kafka_mirror_topic.orders.max_lag
 }
+
+# Failback: after orders was stopped (or promoted) above, mirror it back into
+# the old primary with the agent whose destination is the old primary (a
+# second provider configuration) and a mirror reading this cluster. It
+# resumes at the last mirrored offsets; if the old primary took records after
+# them, it is refused unless recreate = true, which copies those records to
+# the side topic in divergent_topic first.
+#
+# resource "kafka_mirror_topic" "orders_back" {
+#   provider = kafka.primary
+#   mirror   = "back" # reads this cluster, on the old primary's agent
+#   topic    = "orders"
+#   failback = true
+#   recreate = true
+# }
