@@ -64,6 +64,17 @@ func Open(ctx context.Context, opts []kgo.Opt, topic string) (*Store, error) {
 // Close releases the store's connections.
 func (s *Store) Close() { s.cl.Close() }
 
+// EnsureTopic creates the state topic when it is missing, as Open does; the
+// writer lease (agent/lease) follows the topic before a store is opened.
+func EnsureTopic(ctx context.Context, opts []kgo.Opt, topic string) error {
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("connecting to the destination for state topic %q: %w", topic, err)
+	}
+	defer cl.Close()
+	return ensureTopic(ctx, cl, topic)
+}
+
 func ensureTopic(ctx context.Context, cl *kgo.Client, topic string) error {
 	adm := kadm.NewClient(cl)
 	retention := "-1"
