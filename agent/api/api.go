@@ -72,6 +72,9 @@ type Server struct {
 	tokens  [][sha256.Size]byte
 	log     hclog.Logger
 	backend atomic.Pointer[Backend]
+	// standby, when set and no backend runs, says why this agent does not
+	// serve the API: it is a standby of the writer lease.
+	standby atomic.Pointer[func() string]
 	mux     *http.ServeMux
 }
 
@@ -128,6 +131,12 @@ func New(o Options) *Server {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if b := s.backend.Load(); b == nil || !(*b).Running() {
 			w.WriteHeader(http.StatusServiceUnavailable)
+			if sb := s.standby.Load(); sb != nil {
+				// Not ready: a load balancer sends API calls to the
+				// active agent only. /healthz says the standby is well.
+				_, _ = io.WriteString(w, "standby: "+(*sb)()+"\n")
+				return
+			}
 			_, _ = io.WriteString(w, "not ready: loading the state topic\n")
 			return
 		}
@@ -154,6 +163,10 @@ func New(o Options) *Server {
 				return
 			}
 			b := s.backend.Load()
+			if sb := s.standby.Load(); b == nil && sb != nil {
+				writeError(w, http.StatusServiceUnavailable, mirrorapi.CodeNotActive, (*sb)())
+				return
+			}
 			if b == nil || !(*b).Running() {
 				w.Header().Set("Retry-After", "1")
 				writeError(w, http.StatusServiceUnavailable, mirrorapi.CodeNotReady, "the agent is still loading its state topic; retry shortly")
@@ -181,7 +194,20 @@ func Handler(b Backend, o Options) *Server {
 }
 
 // SetBackend makes the server answer from b.
-func (s *Server) SetBackend(b Backend) { s.backend.Store(&b) }
+func (s *Server) SetBackend(b Backend) {
+	s.backend.Store(&b)
+	s.standby.Store(nil)
+}
+
+// SetStandby makes the server refuse /v1 calls with 503 NOT_ACTIVE and
+// answer /readyz with 503, both with why() (which names the active agent),
+// until SetBackend: the agent is a standby of the writer lease, or has just
+// lost it. State changes are not accepted on a standby: the caller sends
+// them to the active agent (the one whose /readyz answers 200).
+func (s *Server) SetStandby(why func() string) {
+	s.backend.Store(nil)
+	s.standby.Store(&why)
+}
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclparse"
 
 	"github.com/kmirror/kmirror/agent/coordinator"
+	"github.com/kmirror/kmirror/agent/lease"
 )
 
 // File is the agent's configuration file.
@@ -35,10 +36,24 @@ type File struct {
 	BufferBytes int64 `hcl:"buffer_bytes,optional"`
 	// MetadataRefreshInterval is how often source topics are checked for
 	// new partitions (a Go duration, default "30s").
-	MetadataRefreshInterval string   `hcl:"metadata_refresh_interval,optional"`
-	LogLevel                string   `hcl:"log_level,optional"`
-	LogFormat               string   `hcl:"log_format,optional"`
-	Mirrors                 []Mirror `hcl:"mirror,block"`
+	MetadataRefreshInterval string `hcl:"metadata_refresh_interval,optional"`
+	// AgentID names this agent in the writer lease, describe and logs
+	// (default HOSTNAME-PID).
+	AgentID string `hcl:"agent_id,optional"`
+	// LeaseDuration is the writer lease between agents sharing the
+	// destination and state topic (a Go duration, default "15s"): the
+	// active agent renews it every third of it and stops writing before
+	// it runs out; a standby takes over after it ran out, waiting it once
+	// more plus lease_request_timeout before writing. "0s" turns the
+	// lease off: only for a destination that exactly one agent ever
+	// writes to.
+	LeaseDuration string `hcl:"lease_duration,optional"`
+	// LeaseRequestTimeout is how long a write the previous holder issued
+	// may still be on its way (default "30s").
+	LeaseRequestTimeout string   `hcl:"lease_request_timeout,optional"`
+	LogLevel            string   `hcl:"log_level,optional"`
+	LogFormat           string   `hcl:"log_format,optional"`
+	Mirrors             []Mirror `hcl:"mirror,block"`
 }
 
 // Cluster is how the agent reaches a Kafka cluster.
@@ -122,6 +137,23 @@ func (f *File) Check() error {
 			return fmt.Errorf("metadata_refresh_interval %q: use a duration of at least 100ms, such as \"30s\"", f.MetadataRefreshInterval)
 		}
 	}
+	if f.AgentID != "" {
+		if err := lease.CheckAgentID(f.AgentID); err != nil {
+			return err
+		}
+	}
+	if f.LeaseDuration != "" {
+		d, err := time.ParseDuration(f.LeaseDuration)
+		if err != nil || (d != 0 && d < 300*time.Millisecond) {
+			return fmt.Errorf("lease_duration %q: use a duration of at least 300ms, such as \"15s\", or \"0s\" to run without a lease (one agent only)", f.LeaseDuration)
+		}
+	}
+	if f.LeaseRequestTimeout != "" {
+		d, err := time.ParseDuration(f.LeaseRequestTimeout)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("lease_request_timeout %q: use a positive duration, such as \"30s\"", f.LeaseRequestTimeout)
+		}
+	}
 	seen := map[string]bool{}
 	for _, m := range f.Mirrors {
 		if seen[m.Name] {
@@ -143,6 +175,20 @@ func (f *File) Check() error {
 func (f *File) RefreshInterval() time.Duration {
 	d, _ := time.ParseDuration(f.MetadataRefreshInterval)
 	return d
+}
+
+// Lease returns lease_duration (lease.DefaultDuration when unset, 0 when
+// the lease is off) and lease_request_timeout (lease.DefaultRequestTimeout
+// when unset).
+func (f *File) Lease() (duration, requestTimeout time.Duration) {
+	duration, requestTimeout = lease.DefaultDuration, lease.DefaultRequestTimeout
+	if f.LeaseDuration != "" {
+		duration, _ = time.ParseDuration(f.LeaseDuration)
+	}
+	if f.LeaseRequestTimeout != "" {
+		requestTimeout, _ = time.ParseDuration(f.LeaseRequestTimeout)
+	}
+	return duration, requestTimeout
 }
 
 // Spec returns the mirror as the coordinator takes it.

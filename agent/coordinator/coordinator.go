@@ -113,7 +113,13 @@ type Config struct {
 	// starts; nil fences nothing, and promotes say so (see SourceFence;
 	// ACLSourceFence fences with a DENY WRITE ACL).
 	SourceFence SourceFence
-	Logger      hclog.Logger
+	// Gate, when set, is asked right before every write to the
+	// destination (produce, transaction requests, DeleteRecords, ACL
+	// changes, state records); an error refuses that write. The agent's
+	// writer lease (agent/lease, Term.Check) is the gate, so that an agent
+	// that lost the lease stops writing at once, whatever it was doing.
+	Gate   func() error
+	Logger hclog.Logger
 }
 
 // Coordinator runs the mirrors of one agent.
@@ -240,19 +246,22 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 		dst.Close()
 		return nil, err
 	}
+	store.SetGate(cfg.Gate)
 	dstAdm := kadm.NewClient(dst)
+	w := writer.New(dst, leaders.New(dst))
+	w.SetGate(cfg.Gate)
 	c := &Coordinator{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		store:   store,
 		dst:     dst,
 		dstAdm:  dstAdm,
-		writer:  writer.New(dst, leaders.New(dst)),
+		writer:  w,
 		budget:  fetcher.NewBudget(cfg.BufferBytes),
 		mirrors: map[string]*mirror{},
 		// The agent's own writing client: Check produces through a
 		// DENY with it to learn whether the agent is a super user.
-		ro: readonly.New(dstAdm, readonly.WithClient(dst)),
+		ro: readonly.New(dstAdm, readonly.WithClient(dst), readonly.WithGate(cfg.Gate)),
 	}
 	// Once per destination, at start; a check that does not conclude is
 	// retried at the mirrors' topic syncs.

@@ -416,7 +416,9 @@ func (l *Lease) tryAcquire(ctx context.Context) (*Term, error) {
 	}
 	sent := l.since()
 	claim := record{Kind: "claim", Agent: l.cfg.AgentID, Instance: l.instance, Epoch: prev.epoch + 1, DurationMs: l.cfg.Duration.Milliseconds()}
-	tctx, cancel := context.WithCancelCause(ctx)
+	// The term outlives ctx: an agent that stops releases the lease
+	// after its last write returned, with the term still live.
+	tctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	t := &Term{l: l, epoch: claim.Epoch, ctx: tctx, cancel: cancel}
 	t.validFrom.Store(int64(sent))
 	// The term is registered before the claim is written, so that the

@@ -214,7 +214,9 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 		}
 		switch resp.StatusCode {
 		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-			transient = true
+			// A standby stays one until the active agent fails: ask
+			// the active one instead of retrying here.
+			transient = e.Code != CodeNotActive
 		}
 		return transient, &APIError{Status: resp.StatusCode, Body: e}
 	}

@@ -177,4 +177,7 @@ const (
 	CodeNotReady               = "COORDINATOR_LOAD_IN_PROGRESS" // the agent is still loading its state
 	CodeNotFound               = "NOT_FOUND"                    // no such route
 	CodeInternal               = "UNKNOWN_SERVER_ERROR"
+	// CodeNotActive: the agent is a standby of the writer lease; the
+	// message names the active agent, to which the call should go.
+	CodeNotActive = "NOT_ACTIVE"
 )
