@@ -465,8 +465,12 @@ func (l *Lease) tryAcquire(ctx context.Context) (*Term, error) {
 	if wait > 0 {
 		select {
 		case <-ctx.Done():
-			t.lose("the agent is stopping")
-			l.clearTerm(t)
+			// Nothing written yet: hand the lease on at once.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.Duration)
+			if err := t.Release(rctx); err != nil {
+				l.log.Warn("releasing the writer lease failed; the next agent waits for it to run out", "error", err)
+			}
+			cancel()
 			return nil, ctx.Err()
 		case <-t.ctx.Done():
 			l.clearTerm(t)

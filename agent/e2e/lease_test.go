@@ -1,0 +1,257 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/workload"
+)
+
+// Lease settings of TestLeaseTakeover: short, so that ten takeovers fit in
+// a test, and long enough for a loaded machine to renew in time.
+const (
+	e2eLease        = 1500 * time.Millisecond
+	e2eLeaseTimeout = 500 * time.Millisecond
+)
+
+// TestLeaseTakeover runs two agent processes against one destination and
+// state topic while producers keep writing to the source (a plain topic and
+// a transactional one, a third of its transactions aborted). Ten times, the
+// active agent is killed (SIGKILL, then started again as a standby) or
+// frozen (SIGSTOP, resumed with SIGCONT once the other took over),
+// alternating. Each time the other agent must take over within a bounded
+// time; a resumed agent must find it lost the lease and stay a standby; and
+// at the end the destination is offset-identical to the source at both
+// isolation levels with no destination transaction left open.
+//
+// KMIRROR_LEASE_SEED=N replays a run's pauses.
+func TestLeaseTakeover(t *testing.T) {
+	seed := time.Now().UnixNano()
+	if s := os.Getenv("KMIRROR_LEASE_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseInt(s, 10, 64); err != nil {
+			t.Fatalf("KMIRROR_LEASE_SEED=%q: %v", s, err)
+		}
+	}
+	t.Logf("seed %d (rerun with KMIRROR_LEASE_SEED=%d)", seed, seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 3))
+
+	const rounds = 10
+	specs := []workload.Spec{{
+		Topic: "orders", Partitions: 3, Seed: seed,
+		Codecs:  workload.AllCodecs,
+		Headers: true, ExplicitTimestamps: true,
+	}, {
+		Topic: "payments", Partitions: 3, Seed: seed + 1,
+		Codecs:  []string{workload.CodecZstd, workload.CodecNone, workload.CodecLz4},
+		Headers: true, ExplicitTimestamps: true,
+		TransactionalID: "payments", AbortEvery: 3,
+	}}
+	var topics []string
+	for _, s := range specs {
+		topics = append(topics, s.Topic)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 170*time.Second)
+	defer cancel()
+	src := devcluster.StartT(t, devcluster.Name("src"), devcluster.Brokers(3), devcluster.KfakeOptions(kfake.SeedTopics(3, topics...)))
+	dst := devcluster.StartT(t, devcluster.Name("dst"), devcluster.Brokers(3))
+
+	type produced struct {
+		st  workload.Stats
+		err error
+	}
+	pctx, stopProducing := context.WithCancel(ctx)
+	defer stopProducing()
+	var pdone []chan produced
+	for _, spec := range specs {
+		prod := workload.NewProducer([]kgo.Opt{kgo.SeedBrokers(src.Bootstrap()...)}, spec, 500)
+		done := make(chan produced, 1)
+		pdone = append(pdone, done)
+		go func() {
+			st, err := prod.Run(pctx)
+			done <- produced{st, err}
+		}()
+		if err := prod.WaitAcked(ctx, 100); err != nil {
+			t.Fatalf("producer of %s: %v", spec.Topic, err)
+		}
+	}
+
+	mirror := agentMirror{Name: "dr", Source: src, Topics: topics}
+	leaseCfg := func(id string) string {
+		return fmt.Sprintf("agent_id = %q\nlease_duration = %q\nlease_request_timeout = %q\n", id, e2eLease, e2eLeaseTimeout)
+	}
+	setups := map[string]agentSetup{
+		"a": writeAgentConfigWith(t, dst, leaseCfg("a"), mirror),
+		"b": writeAgentConfigWith(t, dst, leaseCfg("b"), mirror),
+	}
+	starts := map[string]int{}
+	start := func(id string) *agentProcess {
+		starts[id]++
+		return startAgentProcess(t, setups[id], fmt.Sprintf("agent-%s-%d", id, starts[id]))
+	}
+	agents := map[string]*agentProcess{"a": start("a"), "b": start("b")}
+	other := map[string]string{"a": "b", "b": "a"}
+
+	active, _ := waitActive(ctx, t, agents, "", 30*time.Second)
+	var takeovers []time.Duration
+	for i := 1; i <= rounds; i++ {
+		// Let the active agent mirror for a while: the kill or freeze
+		// lands at a random moment of its copying.
+		pause := 300*time.Millisecond + time.Duration(rng.Int64N(int64(1200*time.Millisecond)))
+		select {
+		case <-ctx.Done():
+			t.Fatalf("round %d: %v", i, ctx.Err())
+		case <-time.After(pause):
+		}
+		a := agents[active]
+		standby := other[active]
+		assertNotFailed(ctx, t, a, i)
+		freeze := i%2 == 0
+		if freeze {
+			a.Freeze()
+		} else {
+			a.Kill()
+		}
+		next, took := waitActive(ctx, t, agents, active, 30*time.Second)
+		if next != standby {
+			t.Fatalf("round %d: agent %s is active, want %s", i, next, standby)
+		}
+		takeovers = append(takeovers, took)
+		how := "killed"
+		if freeze {
+			how = "frozen"
+			// The frozen agent resumes after the takeover: it must find
+			// its lease expired and go back to standby, naming the new
+			// active agent, without writing (the final verify and the
+			// partitions' states show any write it made).
+			a.Thaw()
+			if err := waitStandby(ctx, a, next, 2*e2eLease); err != nil {
+				t.Fatalf("round %d: agent %s resumed after agent %s took over: %v", i, active, next, err)
+			}
+			if log, err := os.ReadFile(a.logPath); err != nil || !strings.Contains(string(log), "lost the writer lease: back to standby") {
+				t.Fatalf("round %d: the log of agent %s does not say it lost the writer lease (%v)", i, active, err)
+			}
+			if code, body, err := agents[next].Ready(2 * time.Second); err != nil || code != http.StatusOK {
+				t.Fatalf("round %d: agent %s is no longer active after agent %s resumed: %d %q %v", i, next, active, code, body, err)
+			}
+		} else {
+			agents[active] = start(active) // a standby now
+		}
+		t.Logf("round %2d: agent %s %s after %4dms; agent %s active %v later", i, active, how, pause.Milliseconds(), next, took.Round(time.Millisecond))
+		active = next
+	}
+	stopProducing()
+	var stats []workload.Stats
+	for i, done := range pdone {
+		res := <-done
+		if res.err != nil {
+			t.Fatalf("producer of %s: %v", specs[i].Topic, res.err)
+		}
+		stats = append(stats, res.st)
+	}
+	sorted := slices.Clone(takeovers)
+	slices.Sort(sorted)
+	t.Logf("%d takeovers (lease %v, request timeout %v): min %v, median %v, max %v", len(sorted), e2eLease, e2eLeaseTimeout,
+		sorted[0].Round(time.Millisecond), sorted[len(sorted)/2].Round(time.Millisecond), sorted[len(sorted)-1].Round(time.Millisecond))
+	// Bounded: the holder's lease runs out at most a lease after its last
+	// renewal, the new owner waits a lease and the request timeout, and it
+	// then loads its state topic and starts (a few hundred ms here).
+	if limit := 2*e2eLease + e2eLeaseTimeout + 3*time.Second; sorted[len(sorted)-1] > limit {
+		t.Errorf("a takeover took %v, more than the %v the lease bounds it by", sorted[len(sorted)-1], limit)
+	}
+	for _, st := range stats {
+		t.Logf("%s: %d records produced (%d aborted), per partition %v", st.Spec.Topic, st.Records, st.Aborted, st.PerPartition)
+	}
+
+	srcCl := newClient(t, src)
+	dstCl := newClient(t, dst)
+	for _, topic := range topics {
+		waitCaughtUp(ctx, t, srcCl, dstCl, topic, agents[active], 60*time.Second)
+		assertIdentical(ctx, t, srcCl, dstCl, topic)
+	}
+	assertNoOpenAgentTxns(t, kadm.NewClient(dstCl))
+	// The standby never served: its /readyz names the active agent.
+	if code, body, err := agents[other[active]].Ready(2 * time.Second); err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, "the active agent is "+active) {
+		t.Errorf("the standby's /readyz: %d %q %v; want 503 naming agent %s", code, body, err, active)
+	}
+	for _, a := range agents {
+		a.Stop()
+	}
+}
+
+// waitActive polls the agents' /readyz until one other than old answers 200,
+// and returns its id and how long that took.
+func waitActive(ctx context.Context, t *testing.T, agents map[string]*agentProcess, old string, timeout time.Duration) (string, time.Duration) {
+	t.Helper()
+	began := time.Now()
+	deadline := time.After(timeout)
+	var last []string
+	for {
+		last = last[:0]
+		for id, a := range agents {
+			if id == old {
+				continue // killed, or frozen: it would not answer
+			}
+			code, body, err := a.Ready(time.Second)
+			if err == nil && code == http.StatusOK {
+				return id, time.Since(began)
+			}
+			last = append(last, fmt.Sprintf("agent %s: %d %q %v", id, code, body, err))
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for an active agent: %v (%s)", ctx.Err(), strings.Join(last, "; "))
+		case <-deadline:
+			t.Fatalf("no agent became active within %v: %s", timeout, strings.Join(last, "; "))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// waitStandby waits until a's /readyz says it is a standby of active.
+func waitStandby(ctx context.Context, a *agentProcess, active string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var code int
+	var body string
+	var err error
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		code, body, err = a.Ready(time.Second)
+		if err == nil && code == http.StatusServiceUnavailable && strings.Contains(body, "the active agent is "+active) {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("its /readyz still answers %d %q (%v) after %v; want 503 naming agent %s as active", code, body, err, timeout, active)
+}
+
+// assertNotFailed fails the test when the agent describes a FAILED partition
+// (a write of a zombie would show as one: a foreign write, a shifted
+// offset).
+func assertNotFailed(ctx context.Context, t *testing.T, a *agentProcess, round int) {
+	t.Helper()
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ms, err := a.Describe(dctx)
+	if err != nil {
+		t.Fatalf("round %d: describe of the active agent %s: %v", round, a.name, err)
+	}
+	for _, p := range describedPartitions(ms) {
+		if p.State == mirrorapi.StateFailed {
+			t.Fatalf("round %d: %s/%d FAILED: %s", round, p.Topic, p.Partition, p.Reason)
+		}
+	}
+}
