@@ -157,19 +157,16 @@ func runAgent(ctx context.Context, args []string) error {
 			}
 			return fmt.Errorf("acquiring the writer lease: %w", err)
 		}
-		if err := run.term(ctx, t); err != nil {
-			return err
-		}
-		if ctx.Err() != nil {
+		err = run.term(ctx, t)
+		if err != nil || ctx.Err() != nil {
 			// Every write of the term has returned: the next agent
 			// may start at once.
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			err := t.Release(rctx)
-			rcancel()
-			if err != nil {
-				log.Warn("releasing the writer lease failed; the next agent waits for it to run out", "error", err)
+			if rerr := t.Release(rctx); rerr != nil {
+				log.Warn("releasing the writer lease failed; the next agent waits for it to run out", "error", rerr)
 			}
-			return nil
+			rcancel()
+			return err
 		}
 		log.Warn("lost the writer lease: back to standby", "epoch", t.Epoch(), "reason", context.Cause(t.Context()))
 	}
@@ -197,7 +194,12 @@ func (r *agentRun) term(ctx context.Context, t *lease.Term) error {
 	var gate func() error
 	if t != nil {
 		gate = t.Check
-		defer context.AfterFunc(t.Context(), stop)()
+		defer context.AfterFunc(t.Context(), func() {
+			// Refuse API calls at once; the coordinator stops
+			// behind.
+			r.srv.SetStandby(func() string { return "this agent lost the writer lease; the /readyz of the active agent answers 200" })
+			stop()
+		})()
 	}
 	startCtx, cancel := context.WithTimeout(runCtx, 60*time.Second)
 	defer cancel()
@@ -236,8 +238,8 @@ func (r *agentRun) term(ctx context.Context, t *lease.Term) error {
 	r.log.Info("agent running", "destination", strings.Join(r.cfg.Destination.BootstrapServers, ","), "state_topic", r.cfg.StateTopic, "mirrors", len(co.Mirrors()), "lease_epoch", epoch)
 	err = co.Run(runCtx)
 	if t != nil {
-		// Refuse API calls before the coordinator closes.
-		r.srv.SetStandby(func() string { return "this agent lost the writer lease; see /readyz of the other agents" })
+		// No API call reaches the coordinator once it closes.
+		r.srv.SetStandby(func() string { return "this agent is handing the writer lease on; the /readyz of the active agent answers 200" })
 		r.collector.SetSource(noMirrors{})
 	}
 	return err
