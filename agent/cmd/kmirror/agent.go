@@ -239,7 +239,9 @@ func (r *agentRun) term(ctx context.Context, t *lease.Term) error {
 	err = co.Run(runCtx)
 	if t != nil {
 		// No API call reaches the coordinator once it closes.
-		r.srv.SetStandby(func() string { return "this agent is handing the writer lease on; the /readyz of the active agent answers 200" })
+		r.srv.SetStandby(func() string {
+			return "this agent is handing the writer lease on; the /readyz of the active agent answers 200"
+		})
 		r.collector.SetSource(noMirrors{})
 	}
 	return err
