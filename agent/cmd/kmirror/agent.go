@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/agent/api"
@@ -80,7 +81,8 @@ func runAgent(ctx context.Context, args []string) error {
 	// Metrics read the coordinator once it exists; until then only the
 	// fetch, Go and process series.
 	collector := metrics.NewCollector()
-	metricsHandler := metrics.Handler(metrics.Registry(collector))
+	registry := metrics.Registry(collector)
+	metricsHandler := metrics.Handler(registry)
 	if cfg.MetricsListen != "" {
 		ln, err := net.Listen("tcp", cfg.MetricsListen)
 		if err != nil {
@@ -142,6 +144,7 @@ func runAgent(ctx context.Context, args []string) error {
 		return err
 	}
 	defer l.Close()
+	registry.MustRegister(leaseMetrics(l)...)
 	log.Info("writer lease", "agent_id", l.AgentID(), "lease_duration", duration, "lease_request_timeout", requestTimeout)
 	for {
 		// A standby follows the lease and serves /healthz; /readyz and
@@ -257,6 +260,30 @@ func standbyMessage(st lease.Status) string {
 	default:
 		return fmt.Sprintf("this agent (%s) is a standby; the active agent is %s (writer lease epoch %d, renewed %v ago): send the call to it",
 			st.AgentID, st.Holder, st.Epoch, st.SinceRenewal.Round(time.Millisecond))
+	}
+}
+
+// leaseMetrics are the writer lease's series: whether this agent writes
+// (alert when no agent of a destination does), and the lease epoch (its
+// increments count takeovers).
+func leaseMetrics(l *lease.Lease) []prometheus.Collector {
+	labels := prometheus.Labels{"agent_id": l.AgentID()}
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "kmirror_agent_active",
+			Help:        "1 while this agent holds the writer lease and writes to the destination, 0 on a standby.",
+			ConstLabels: labels,
+		}, func() float64 {
+			if l.Status().Role == lease.RoleActive {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "kmirror_lease_epoch",
+			Help:        "The writer lease's epoch as this agent last read it; it grows by one at every takeover.",
+			ConstLabels: labels,
+		}, func() float64 { return float64(l.Status().Epoch) }),
 	}
 }
 

@@ -57,6 +57,17 @@ func (a *inProcessAgent) ready() (int, string) {
 	return resp.StatusCode, strings.TrimSpace(string(b))
 }
 
+func (a *inProcessAgent) metrics(t *testing.T) string {
+	t.Helper()
+	resp, err := http.Get(a.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
 // waitReady polls /readyz until it answers want with a body containing
 // substr, and returns how long that took.
 func (a *inProcessAgent) waitReady(t *testing.T, want int, substr string, timeout time.Duration) time.Duration {
@@ -103,6 +114,14 @@ func TestAgentStandby(t *testing.T) {
 	}
 	if _, err := mirrorapi.NewClient(first.base, "").Describe(context.Background()); err != nil {
 		t.Errorf("describe on the active agent: %v", err)
+	}
+	for a, want := range map[*inProcessAgent]string{
+		first:  `kmirror_agent_active{agent_id="first"} 1`,
+		second: `kmirror_agent_active{agent_id="second"} 0`,
+	} {
+		if m := a.metrics(t); !strings.Contains(m, want) || !strings.Contains(m, "kmirror_lease_epoch") {
+			t.Errorf("%s/metrics lacks %q or kmirror_lease_epoch", a.base, want)
+		}
 	}
 
 	// A clean stop releases the lease: the standby takes over without
