@@ -117,6 +117,12 @@ func TestLeaseTakeover(t *testing.T) {
 			t.Fatalf("round %d: %v", i, ctx.Err())
 		case <-time.After(pause):
 		}
+		// Whichever agent is active now (a lease that lapsed under load
+		// would have moved it; that is liveness, not safety).
+		if cur, _ := waitActive(ctx, t, agents, "", 30*time.Second); cur != active {
+			t.Logf("round %2d: agent %s is active, not %s", i, cur, active)
+			active = cur
+		}
 		a := agents[active]
 		standby := other[active]
 		assertNotFailed(ctx, t, a, i)

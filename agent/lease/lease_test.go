@@ -16,8 +16,10 @@ import (
 )
 
 const (
-	testDuration = 600 * time.Millisecond
-	testTimeout  = 200 * time.Millisecond
+	// Short, for quick tests, and long enough that a renewal (a write and
+	// its read-back) fits in the time a loaded machine may take.
+	testDuration = time.Second
+	testTimeout  = 300 * time.Millisecond
 )
 
 func openLease(t *testing.T, dst *devcluster.Cluster, id string) *Lease {
@@ -247,5 +249,59 @@ func TestReleaseHandsOverAtOnce(t *testing.T) {
 	}
 	if ta2.Epoch() != 3 || a.Status().Role != RoleActive {
 		t.Errorf("agent-a after re-acquiring: epoch %d role %s", ta2.Epoch(), a.Status().Role)
+	}
+}
+
+// TestTakeoverRace: when the holder stops renewing, two standbys claim the
+// next epoch at about the same moment; the order of their claims in the
+// state topic decides, exactly one of them writes, and never together with
+// the old holder.
+func TestTakeoverRace(t *testing.T) {
+	dst := devcluster.StartT(t, devcluster.Name("dst"))
+	a := openLease(t, dst, "agent-a")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ta, err := a.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	standbys := []*Lease{openLease(t, dst, "agent-b"), openLease(t, dst, "agent-c")}
+	var terms [2]atomic.Pointer[Term]
+	stop := make(chan struct{})
+	wg := writers(t, stop, func() []*Term { return []*Term{ta, terms[0].Load(), terms[1].Load()} })
+	defer func() { close(stop); wg.Wait() }()
+	won := make(chan int, 2)
+	actx, stopAcquiring := context.WithCancel(ctx)
+	defer stopAcquiring()
+	for i, l := range standbys {
+		go func() {
+			if tm, err := l.Acquire(actx); err == nil {
+				terms[i].Store(tm)
+				won <- i
+			}
+		}()
+	}
+	time.Sleep(testDuration)
+	ta.l.freeze.Store(true)
+	var w int
+	select {
+	case w = <-won:
+	case <-ctx.Done():
+		t.Fatal("no standby took over")
+	}
+	if got := terms[w].Load().Epoch(); got != 2 {
+		t.Errorf("the new holder has epoch %d, want 2", got)
+	}
+	select {
+	case o := <-won:
+		t.Fatalf("both standbys hold the lease: %d and %d", w, o)
+	case <-time.After(3 * testDuration):
+	}
+	loser := standbys[1-w]
+	if st := loser.Status(); st.Role != RoleStandby || st.Holder != standbys[w].AgentID() || st.Epoch != 2 {
+		t.Errorf("the other standby sees role %s, holder %q, epoch %d", st.Role, st.Holder, st.Epoch)
+	}
+	if ta.Check() == nil {
+		t.Error("the old holder may still write")
 	}
 }
