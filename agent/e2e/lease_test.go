@@ -34,9 +34,11 @@ const (
 // active agent is killed (SIGKILL, then started again as a standby) or
 // frozen (SIGSTOP, resumed with SIGCONT once the other took over),
 // alternating. Each time the other agent must take over within a bounded
-// time; a resumed agent must find it lost the lease and stay a standby; and
-// at the end the destination is offset-identical to the source at both
-// isolation levels with no destination transaction left open.
+// time; a resumed agent must find it lost the lease and stay a standby; the
+// produce requests the agent had on the way are held and land late, after
+// the new agent's first writes (deduplicated or rejected); and at the end the
+// destination is offset-identical to the source at both isolation levels
+// with no destination transaction left open.
 //
 // KMIRROR_LEASE_SEED=N replays a run's pauses.
 func TestLeaseTakeover(t *testing.T) {
@@ -69,6 +71,12 @@ func TestLeaseTakeover(t *testing.T) {
 	defer cancel()
 	src := devcluster.StartT(t, devcluster.Name("src"), devcluster.Brokers(3), devcluster.KfakeOptions(kfake.SeedTopics(3, topics...)))
 	dst := devcluster.StartT(t, devcluster.Name("dst"), devcluster.Brokers(3))
+	// Produce requests of the mirror topics take a few ms, and those of an
+	// agent killed or frozen on the way are held until the new active
+	// agent has read the partition's end and written 0 to 7 batches there
+	// (kill_test.go): the late writes of a zombie, which must be
+	// deduplicated or rejected.
+	lat := injectLatency(t, dst.Kfake(), topics, seed)
 
 	type produced struct {
 		st  workload.Stats
@@ -126,13 +134,20 @@ func TestLeaseTakeover(t *testing.T) {
 		a := agents[active]
 		standby := other[active]
 		assertNotFailed(ctx, t, a, i)
-		freeze := i%2 == 0
+		// Kill, kill, freeze, freeze, ...: each agent is killed and
+		// frozen in turn.
+		freeze := (i-1)/2%2 == 1
 		lostBefore := lostLeaseLines(t, a)
+		busy := lat.InFlight()
 		if freeze {
 			a.Freeze()
 		} else {
 			a.Kill()
 		}
+		// Its requests on the way are late from now on; the standby's
+		// writes, after the takeover, release them.
+		lat.Killed()
+		lat.Arm()
 		next, took := waitActive(ctx, t, agents, active, 30*time.Second)
 		if next != standby {
 			t.Fatalf("round %d: agent %s is active, want %s", i, next, standby)
@@ -158,7 +173,7 @@ func TestLeaseTakeover(t *testing.T) {
 		} else {
 			agents[active] = start(active) // a standby now
 		}
-		t.Logf("round %2d: agent %s %s after %4dms; agent %s active %v later", i, active, how, pause.Milliseconds(), next, took.Round(time.Millisecond))
+		t.Logf("round %2d: agent %s %s after %4dms with %d writes in flight; agent %s active %v later", i, active, how, pause.Milliseconds(), busy, next, took.Round(time.Millisecond))
 		active = next
 	}
 	stopProducing()
@@ -186,8 +201,19 @@ func TestLeaseTakeover(t *testing.T) {
 
 	srcCl := newClient(t, src)
 	dstCl := newClient(t, dst)
+	ends := map[string]string{}
 	for _, topic := range topics {
-		waitCaughtUp(ctx, t, srcCl, dstCl, topic, agents[active], 60*time.Second)
+		ends[topic] = fmt.Sprint(waitCaughtUp(ctx, t, srcCl, dstCl, topic, agents[active], 60*time.Second))
+	}
+	// Every late request must have been applied or refused before the
+	// comparison, or it could land after it.
+	lat.ReleaseAll(ctx, t)
+	held, late := lat.Stats()
+	t.Logf("late produce requests of killed or frozen agents: %d held past the takeover, released %v", held, late)
+	for _, topic := range topics {
+		if again := fmt.Sprint(waitCaughtUp(ctx, t, srcCl, dstCl, topic, agents[active], 30*time.Second)); again != ends[topic] {
+			t.Errorf("%s: log ends moved after the late requests settled: %s, then %s", topic, ends[topic], again)
+		}
 		assertIdentical(ctx, t, srcCl, dstCl, topic)
 	}
 	assertNoOpenAgentTxns(t, kadm.NewClient(dstCl))

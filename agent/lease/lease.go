@@ -30,6 +30,15 @@
 // (InitProducerId) before a partition's first write, and plain data carries
 // deterministic producer sequences, so a late produce is deduplicated or
 // rejected, never appended at another offset.
+//
+// What the lease cannot stop: a process frozen in the microseconds between
+// a Check and its request reaching the network sends that one request when
+// it resumes, however late. For data and coordinator fillers the broker
+// fences it as above. For the writes no broker fences (a state-topic
+// record, an ACL change, a marker written with WriteTxnMarkers) it is the
+// residual risk; the state records never decide what data is written (the
+// destination log is the resume point), at worst a partition's persisted
+// state is stale until its next change.
 package lease
 
 import (
