@@ -39,6 +39,15 @@ func TestStandby(t *testing.T) {
 	if st, body := get("/readyz"); st != http.StatusServiceUnavailable || !strings.Contains(body, "standby: "+why) {
 		t.Errorf("/readyz of a standby: %d %q", st, body)
 	}
+	// GET /v1/agent is answered by a standby too.
+	s.SetAgentStatus(func() mirrorapi.AgentStatus {
+		return mirrorapi.AgentStatus{AgentID: "b", Role: mirrorapi.RoleStandby, LeaseHolder: "a", LeaseEpoch: 4, LeaseDurationMs: 15000}
+	})
+	if st, body := get("/v1/agent"); st != http.StatusOK || !strings.Contains(body, `"role": "standby"`) || !strings.Contains(body, `"lease_holder": "a"`) {
+		t.Errorf("GET /v1/agent of a standby: %d %s", st, body)
+	} else {
+		checkResponse(t, loadDoc(t), "GET", "/v1/agent", st, []byte(body))
+	}
 	cl := mirrorapi.NewClient(srv.URL, "")
 	cl.Backoff = time.Second
 	began := time.Now()

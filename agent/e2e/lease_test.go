@@ -217,6 +217,14 @@ func TestLeaseTakeover(t *testing.T) {
 		assertIdentical(ctx, t, srcCl, dstCl, topic)
 	}
 	assertNoOpenAgentTxns(t, kadm.NewClient(dstCl))
+	// Both agents agree on the lease: held by the active one, at an epoch
+	// that counts the first claim and every takeover.
+	for id, a := range agents {
+		st, err := a.api.Agent(ctx)
+		if err != nil || st.LeaseHolder != active || st.LeaseEpoch < rounds+1 || st.AgentID != id {
+			t.Errorf("GET /v1/agent of agent %s: %+v, %v; want holder %s at epoch %d or more", id, st, err, active, rounds+1)
+		}
+	}
 	// The standby never served: its /readyz names the active agent.
 	if code, body, err := agents[other[active]].Ready(2 * time.Second); err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, "the active agent is "+active) {
 		t.Errorf("the standby's /readyz: %d %q %v; want 503 naming agent %s", code, body, err, active)

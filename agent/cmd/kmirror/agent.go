@@ -131,6 +131,13 @@ func runAgent(ctx context.Context, args []string) error {
 	run := &agentRun{cfg: cfg, log: log, srv: srv, collector: collector}
 	duration, requestTimeout := cfg.Lease()
 	if duration == 0 {
+		id := cfg.AgentID
+		if id == "" {
+			id = lease.DefaultAgentID()
+		}
+		srv.SetAgentStatus(func() mirrorapi.AgentStatus {
+			return mirrorapi.AgentStatus{AgentID: id, Role: mirrorapi.RoleActive}
+		})
 		log.Warn("running without a writer lease (lease_duration = \"0s\"): no other agent may use this destination and state topic")
 		return run.term(ctx, nil)
 	}
@@ -145,6 +152,13 @@ func runAgent(ctx context.Context, args []string) error {
 	}
 	defer l.Close()
 	registry.MustRegister(leaseMetrics(l)...)
+	srv.SetAgentStatus(func() mirrorapi.AgentStatus {
+		st := l.Status()
+		return mirrorapi.AgentStatus{
+			AgentID: st.AgentID, Role: mirrorapi.AgentRole(st.Role),
+			LeaseHolder: st.Holder, LeaseEpoch: st.Epoch, LeaseDurationMs: st.Duration.Milliseconds(),
+		}
+	})
 	log.Info("writer lease", "agent_id", l.AgentID(), "lease_duration", duration, "lease_request_timeout", requestTimeout)
 	for {
 		// A standby follows the lease and serves /healthz; /readyz and

@@ -103,6 +103,16 @@ func TestAgentStandby(t *testing.T) {
 	if code, body := first.ready(); code != http.StatusOK {
 		t.Fatalf("the active agent lost its lease while running: %d %q", code, body)
 	}
+	// kmirror status on either agent says which is active.
+	for a, want := range map[*inProcessAgent]string{
+		first:  "agent first: active; writer lease epoch 1 held by first (lease 2s)",
+		second: "agent second: standby; writer lease epoch 1 held by first (lease 2s)",
+	} {
+		out, err := capture(t, runStatus, "--agent", a.base)
+		if err != nil || strings.TrimSpace(out) != want {
+			t.Errorf("kmirror status --agent %s: %q, %v; want %q", a.base, out, err, want)
+		}
+	}
 	cl := mirrorapi.NewClient(second.base, "")
 	began := time.Now()
 	_, err := cl.Describe(context.Background())
