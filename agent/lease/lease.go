@@ -252,8 +252,9 @@ func Open(ctx context.Context, cfg Config) (*Lease, error) {
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Topic: {0: kgo.NewOffset().AtStart()}}),
-		// Renewals are small and frequent: a short poll keeps the
-		// standby's view fresh without relying on the broker's wakeup.
+		// A short fetch wait keeps a standby's view of the renewals
+		// fresh even where a broker does not answer a waiting fetch as
+		// soon as a record arrives.
 		kgo.FetchMaxWait(min(cfg.Duration/10, 500*time.Millisecond)),
 	)...)
 	if err != nil {
