@@ -151,6 +151,7 @@ func runAgent(ctx context.Context, args []string) error {
 		return err
 	}
 	defer l.Close()
+	run.standby = func() string { return standbyMessage(l.Status()) }
 	registry.MustRegister(leaseMetrics(l)...)
 	srv.SetAgentStatus(func() mirrorapi.AgentStatus {
 		st := l.Status()
@@ -163,7 +164,7 @@ func runAgent(ctx context.Context, args []string) error {
 	for {
 		// A standby follows the lease and serves /healthz; /readyz and
 		// /v1 say which agent is active.
-		srv.SetStandby(func() string { return standbyMessage(l.Status()) })
+		srv.SetStandby(run.standby)
 		collector.SetSource(noMirrors{})
 		st := l.Status()
 		log.Info("standby: waiting for the writer lease", "agent_id", st.AgentID, "holder", st.Holder, "epoch", st.Epoch)
@@ -195,6 +196,8 @@ type agentRun struct {
 	log       hclog.Logger
 	srv       *api.Server
 	collector *metrics.Collector
+	// standby says, on a standby, which agent is active (with a lease).
+	standby func() string
 }
 
 func (r *agentRun) destination() []kgo.Opt {
@@ -214,7 +217,7 @@ func (r *agentRun) term(ctx context.Context, t *lease.Term) error {
 		defer context.AfterFunc(t.Context(), func() {
 			// Refuse API calls at once; the coordinator stops
 			// behind.
-			r.srv.SetStandby(func() string { return "this agent lost the writer lease; the /readyz of the active agent answers 200" })
+			r.srv.SetStandby(r.standby)
 			stop()
 		})()
 	}
@@ -256,9 +259,7 @@ func (r *agentRun) term(ctx context.Context, t *lease.Term) error {
 	err = co.Run(runCtx)
 	if t != nil {
 		// No API call reaches the coordinator once it closes.
-		r.srv.SetStandby(func() string {
-			return "this agent is handing the writer lease on; the /readyz of the active agent answers 200"
-		})
+		r.srv.SetStandby(r.standby)
 		r.collector.SetSource(noMirrors{})
 	}
 	return err
@@ -267,6 +268,8 @@ func (r *agentRun) term(ctx context.Context, t *lease.Term) error {
 // standbyMessage says, on a standby, which agent is active.
 func standbyMessage(st lease.Status) string {
 	switch {
+	case st.Role == lease.RoleActive:
+		return fmt.Sprintf("this agent (%s) is stopping and hands the writer lease (epoch %d) on; retry shortly", st.AgentID, st.Epoch)
 	case st.Role == lease.RoleTakingOver:
 		return fmt.Sprintf("this agent (%s) holds the writer lease (epoch %d) and waits for the previous holder's writes to run out before it serves; retry shortly", st.AgentID, st.Epoch)
 	case st.Holder == "":
