@@ -304,5 +304,5 @@ func lostLeaseLines(t *testing.T, a *agentProcess) int {
 	if err != nil {
 		t.Fatalf("reading the log of %s: %v", a.name, err)
 	}
-	return strings.Count(string(b), "lost the writer lease: back to standby")
+	return strings.Count(string(b), "writer lease lost: this agent stops writing")
 }

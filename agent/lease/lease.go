@@ -572,12 +572,16 @@ func (t *Term) Check() error {
 func margin(d time.Duration) time.Duration { return d / 5 }
 
 func (t *Term) lose(reason string) {
-	if t.ctx.Err() == nil {
-		t.cancel(errors.New(reason))
-		if !t.released.Load() {
-			t.l.log.Warn("writer lease lost: this agent stops writing", "epoch", t.epoch, "reason", reason)
-		}
+	if t.ctx.Err() != nil {
+		return
 	}
+	// Logged before the term's context ends, so that the log says it
+	// before anything that follows from the end (the API's standby
+	// answers).
+	if !t.released.Load() {
+		t.l.log.Warn("writer lease lost: this agent stops writing", "epoch", t.epoch, "reason", reason)
+	}
+	t.cancel(errors.New(reason))
 }
 
 // renew renews the lease every duration/3 while the term lives.
