@@ -218,7 +218,8 @@ type Lease struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	// freeze stops renewals: tests imitate a frozen process with it.
+	// freeze stops renewals and holds the lease records read until it is
+	// cleared: tests imitate a frozen process with it.
 	freeze atomic.Bool
 }
 
@@ -316,6 +317,9 @@ func (l *Lease) follow(ctx context.Context) {
 	defer close(l.done)
 	for {
 		fs := l.cl.PollFetches(ctx)
+		for l.freeze.Load() && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
 		if ctx.Err() != nil {
 			return
 		}

@@ -133,8 +133,9 @@ func TestClaimRace(t *testing.T) {
 }
 
 // TestFrozenHolderSelfFences imitates a frozen holder (SIGSTOP): its
-// renewals stop while its process could still write. It must stop writing
-// before the standby takes over, the standby must wait the takeover time
+// renewals stop and it reads no lease record, so only its own clock can
+// tell it that its lease ran out. It must stop writing before the standby
+// takes over, the standby must wait the takeover time
 // after its claim, and the old holder resumed must find its lease lost and
 // stay fenced. Two agents are sampled throughout: never both may write.
 func TestFrozenHolderSelfFences(t *testing.T) {
@@ -175,6 +176,10 @@ func TestFrozenHolderSelfFences(t *testing.T) {
 	// then the duration and the request timeout after it.
 	if minTook := 2*testDuration + testTimeout - testDuration/3; took < minTook {
 		t.Errorf("agent-b took over %v after agent-a stopped renewing, sooner than the %v the protocol waits", took, minTook)
+	}
+	// A has not read B's claim (frozen): its own clock fenced it.
+	if st := a.Status(); st.Holder != "agent-a" || st.Epoch != ta.Epoch() {
+		t.Fatalf("the frozen agent-a read the lease records: holder %q epoch %d", st.Holder, st.Epoch)
 	}
 	if err := ta.Check(); !errors.Is(err, ErrNotActive) {
 		t.Fatalf("agent-a may still write after agent-b took over: Check = %v", err)
