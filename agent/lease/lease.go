@@ -252,6 +252,13 @@ func Open(ctx context.Context, cfg Config) (*Lease, error) {
 	cl, err := kgo.NewClient(append(cfg.Destination[:len(cfg.Destination):len(cfg.Destination)],
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
+		// Not idempotent: an idempotent producer never gives up a
+		// record already sent, so a write to a destination that went
+		// away would block a release (and the agent's exit) for ever.
+		// A duplicated lease record changes nothing: the fold ignores
+		// a second claim of an epoch and repeated renewals.
+		kgo.DisableIdempotentWrite(),
+		kgo.RecordDeliveryTimeout(cfg.Duration),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Topic: {0: kgo.NewOffset().AtStart()}}),
 		// A short fetch wait keeps a standby's view of the renewals
 		// fresh even where a broker does not answer a waiting fetch as
@@ -377,11 +384,24 @@ func (l *Lease) write(ctx context.Context, r record) error {
 	if err != nil {
 		return err
 	}
-	res := l.cl.ProduceSync(ctx, &kgo.Record{Topic: l.cfg.Topic, Partition: 0, Key: []byte(r.key()), Value: b})
-	rec, err := res.First()
-	if err != nil {
-		return fmt.Errorf("writing the writer lease (%s of epoch %d) to state topic %q: %w", r.Kind, r.Epoch, l.cfg.Topic, err)
+	type produced struct {
+		rec *kgo.Record
+		err error
 	}
+	done := make(chan produced, 1)
+	l.cl.Produce(ctx, &kgo.Record{Topic: l.cfg.Topic, Partition: 0, Key: []byte(r.key()), Value: b}, func(rec *kgo.Record, err error) {
+		done <- produced{rec, err}
+	})
+	var p produced
+	select {
+	case p = <-done:
+	case <-ctx.Done():
+		p.err = ctx.Err()
+	}
+	if p.err != nil {
+		return fmt.Errorf("writing the writer lease (%s of epoch %d) to state topic %q: %w", r.Kind, r.Epoch, l.cfg.Topic, p.err)
+	}
+	rec := p.rec
 	if err := l.waitRead(ctx, rec.Offset+1); err != nil {
 		return fmt.Errorf("reading back the writer lease (%s of epoch %d): %w", r.Kind, r.Epoch, err)
 	}

@@ -143,3 +143,22 @@ func TestAgentStandby(t *testing.T) {
 	}
 	t.Logf("takeover after a clean stop: %v", took.Round(time.Millisecond))
 }
+
+// TestAgentStopsWithoutDestination: an active agent asked to stop after its
+// destination went away (the demo stops both at once) exits within a bounded
+// time, although it cannot release its lease.
+func TestAgentStopsWithoutDestination(t *testing.T) {
+	dst := devcluster.StartT(t, devcluster.Name("dst"))
+	a := startInProcessAgent(t, "--destination-bootstrap", dst.BootstrapString(), "--agent-id", "only", "--lease-duration", "2s")
+	a.waitReady(t, http.StatusOK, "ready", 20*time.Second)
+	dst.Close()
+	began := time.Now()
+	a.cancel()
+	a.cancel = nil
+	select {
+	case err := <-a.done:
+		t.Logf("the agent stopped %v after SIGTERM (destination gone): %v", time.Since(began).Round(time.Millisecond), err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent did not stop within 30s of SIGTERM with its destination gone")
+	}
+}
