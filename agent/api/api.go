@@ -84,20 +84,29 @@ type Server struct {
 	clientCert bool // a verified client certificate is required
 	log        hclog.Logger
 	backend    atomic.Pointer[Backend]
-	mux        *http.ServeMux
+	// standby, when set and no backend runs, says why this agent does not
+	// serve the API: it is a standby of the writer lease.
+	standby atomic.Pointer[func() string]
+	// agentStatus answers GET /v1/agent (SetAgentStatus).
+	agentStatus atomic.Pointer[func() mirrorapi.AgentStatus]
+	mux         *http.ServeMux
 }
 
 // route is one registered route; Routes lists them for the OpenAPI test.
 type route struct {
 	method, path string
 	public       bool // no token needed
-	handle       func(s *Server, b Backend, w http.ResponseWriter, r *http.Request)
+	// anyRole: answered without a running backend, by standbys too;
+	// handle gets a nil Backend.
+	anyRole bool
+	handle  func(s *Server, b Backend, w http.ResponseWriter, r *http.Request)
 }
 
 var routes = []route{
 	{method: "GET", path: "/healthz", public: true},
 	{method: "GET", path: "/readyz", public: true},
 	{method: "GET", path: "/v1/openapi.json", handle: (*Server).openAPI},
+	{method: "GET", path: "/v1/agent", anyRole: true, handle: (*Server).agent},
 	{method: "GET", path: "/v1/mirrors", handle: (*Server).list},
 	{method: "POST", path: "/v1/mirrors", handle: (*Server).create},
 	{method: "GET", path: "/v1/mirrors/{name}", handle: (*Server).get},
@@ -143,6 +152,12 @@ func New(o Options) *Server {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if b := s.backend.Load(); b == nil || !(*b).Running() {
 			w.WriteHeader(http.StatusServiceUnavailable)
+			if sb := s.standby.Load(); sb != nil {
+				// Not ready: a load balancer sends API calls to the
+				// active agent only. /healthz says the standby is well.
+				_, _ = io.WriteString(w, "standby: "+(*sb)()+"\n")
+				return
+			}
 			_, _ = io.WriteString(w, "not ready: loading the state topic\n")
 			return
 		}
@@ -168,7 +183,15 @@ func New(o Options) *Server {
 				writeError(w, http.StatusUnauthorized, mirrorapi.CodeUnauthorized, "a valid bearer token is required: send the header Authorization: Bearer TOKEN")
 				return
 			}
+			if rt.anyRole {
+				rt.handle(s, nil, w, r)
+				return
+			}
 			b := s.backend.Load()
+			if sb := s.standby.Load(); b == nil && sb != nil {
+				writeError(w, http.StatusServiceUnavailable, mirrorapi.CodeNotActive, (*sb)())
+				return
+			}
 			if b == nil || !(*b).Running() {
 				w.Header().Set("Retry-After", "1")
 				writeError(w, http.StatusServiceUnavailable, mirrorapi.CodeNotReady, "the agent is still loading its state topic; retry shortly")
@@ -196,7 +219,38 @@ func Handler(b Backend, o Options) *Server {
 }
 
 // SetBackend makes the server answer from b.
-func (s *Server) SetBackend(b Backend) { s.backend.Store(&b) }
+func (s *Server) SetBackend(b Backend) {
+	s.backend.Store(&b)
+	s.standby.Store(nil)
+}
+
+// SetAgentStatus makes GET /v1/agent answer status(), on the active agent
+// and on standbys. Without it the route answers role active once a backend
+// runs (an agent without a writer lease).
+func (s *Server) SetAgentStatus(status func() mirrorapi.AgentStatus) { s.agentStatus.Store(&status) }
+
+func (s *Server) agent(_ Backend, w http.ResponseWriter, _ *http.Request) {
+	if f := s.agentStatus.Load(); f != nil {
+		writeJSON(w, http.StatusOK, (*f)())
+		return
+	}
+	if b := s.backend.Load(); b == nil || !(*b).Running() {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, mirrorapi.CodeNotReady, "the agent is still loading its state topic; retry shortly")
+		return
+	}
+	writeJSON(w, http.StatusOK, mirrorapi.AgentStatus{Role: mirrorapi.RoleActive})
+}
+
+// SetStandby makes the server refuse /v1 calls with 503 NOT_ACTIVE and
+// answer /readyz with 503, both with why() (which names the active agent),
+// until SetBackend: the agent is a standby of the writer lease, or has just
+// lost it. State changes are not accepted on a standby: the caller sends
+// them to the active agent (the one whose /readyz answers 200).
+func (s *Server) SetStandby(why func() string) {
+	s.backend.Store(nil)
+	s.standby.Store(&why)
+}
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 

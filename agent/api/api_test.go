@@ -181,6 +181,7 @@ func TestAuth(t *testing.T) {
 	before := e.snapshot(t)
 	paths := map[string]string{
 		"GET /v1/openapi.json":                   "/v1/openapi.json",
+		"GET /v1/agent":                          "/v1/agent",
 		"GET /v1/mirrors":                        "/v1/mirrors",
 		"POST /v1/mirrors":                       "/v1/mirrors",
 		"GET /v1/mirrors/{name}":                 "/v1/mirrors/dr",

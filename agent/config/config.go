@@ -16,6 +16,7 @@ import (
 
 	"github.com/kmirror/kmirror/agent/coordinator"
 	"github.com/kmirror/kmirror/agent/kafkaconn"
+	"github.com/kmirror/kmirror/agent/lease"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
@@ -47,10 +48,24 @@ type File struct {
 	TLSKeyFile  string `hcl:"tls_key_file,optional"`
 	// ClientCAFile, with TLS, requires API callers (but /healthz and
 	// /readyz) to present a client certificate this CA signed.
-	ClientCAFile string   `hcl:"client_ca_file,optional"`
-	LogLevel     string   `hcl:"log_level,optional"`
-	LogFormat    string   `hcl:"log_format,optional"`
-	Mirrors      []Mirror `hcl:"mirror,block"`
+	ClientCAFile string `hcl:"client_ca_file,optional"`
+	// AgentID names this agent in the writer lease, describe and logs
+	// (default HOSTNAME-PID).
+	AgentID string `hcl:"agent_id,optional"`
+	// LeaseDuration is the writer lease between agents sharing the
+	// destination and state topic (a Go duration, default "15s"): the
+	// active agent renews it every third of it and stops writing before
+	// it runs out; a standby takes over after it ran out, waiting it once
+	// more plus lease_request_timeout before writing. "0s" turns the
+	// lease off: only for a destination that exactly one agent ever
+	// writes to.
+	LeaseDuration string `hcl:"lease_duration,optional"`
+	// LeaseRequestTimeout is how long a write the previous holder issued
+	// may still be on its way (default "30s").
+	LeaseRequestTimeout string   `hcl:"lease_request_timeout,optional"`
+	LogLevel            string   `hcl:"log_level,optional"`
+	LogFormat           string   `hcl:"log_format,optional"`
+	Mirrors             []Mirror `hcl:"mirror,block"`
 }
 
 // Cluster is how the agent reaches a Kafka cluster. Secret values (a SASL
@@ -204,6 +219,23 @@ func (f *File) Check() error {
 	case f.ClientCAFile != "" && f.TLSCertFile == "":
 		return errors.New("client_ca_file: client certificates need TLS; give tls_cert_file and tls_key_file too")
 	}
+	if f.AgentID != "" {
+		if err := lease.CheckAgentID(f.AgentID); err != nil {
+			return err
+		}
+	}
+	if f.LeaseDuration != "" {
+		d, err := time.ParseDuration(f.LeaseDuration)
+		if err != nil || (d != 0 && d < 300*time.Millisecond) {
+			return fmt.Errorf("lease_duration %q: use a duration of at least 300ms, such as \"15s\", or \"0s\" to run without a lease (one agent only)", f.LeaseDuration)
+		}
+	}
+	if f.LeaseRequestTimeout != "" {
+		d, err := time.ParseDuration(f.LeaseRequestTimeout)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("lease_request_timeout %q: use a positive duration, such as \"30s\"", f.LeaseRequestTimeout)
+		}
+	}
 	seen := map[string]bool{}
 	for _, m := range f.Mirrors {
 		if seen[m.Name] {
@@ -225,6 +257,20 @@ func (f *File) Check() error {
 func (f *File) RefreshInterval() time.Duration {
 	d, _ := time.ParseDuration(f.MetadataRefreshInterval)
 	return d
+}
+
+// Lease returns lease_duration (lease.DefaultDuration when unset, 0 when
+// the lease is off) and lease_request_timeout (lease.DefaultRequestTimeout
+// when unset).
+func (f *File) Lease() (duration, requestTimeout time.Duration) {
+	duration, requestTimeout = lease.DefaultDuration, lease.DefaultRequestTimeout
+	if f.LeaseDuration != "" {
+		duration, _ = time.ParseDuration(f.LeaseDuration)
+	}
+	if f.LeaseRequestTimeout != "" {
+		requestTimeout, _ = time.ParseDuration(f.LeaseRequestTimeout)
+	}
+	return duration, requestTimeout
 }
 
 // Spec returns the mirror as the coordinator takes it.

@@ -153,7 +153,13 @@ type Config struct {
 	// starts; nil fences nothing, and promotes say so (see SourceFence;
 	// ACLSourceFence fences with a DENY WRITE ACL).
 	SourceFence SourceFence
-	Logger      hclog.Logger
+	// Gate, when set, is asked right before every write to the
+	// destination (produce, transaction requests, DeleteRecords, ACL
+	// changes, state records); an error refuses that write. The agent's
+	// writer lease (agent/lease, Term.Check) is the gate, so that an agent
+	// that lost the lease stops writing at once, whatever it was doing.
+	Gate   func() error
+	Logger hclog.Logger
 }
 
 // Coordinator runs the mirrors of one agent.
@@ -277,19 +283,22 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 		dst.Close()
 		return nil, err
 	}
+	store.SetGate(cfg.Gate)
 	dstAdm := kadm.NewClient(dst)
+	w := writer.New(dst, leaders.New(dst))
+	w.SetGate(cfg.Gate)
 	c := &Coordinator{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		store:   store,
 		dst:     dst,
 		dstAdm:  dstAdm,
-		writer:  writer.New(dst, leaders.New(dst)),
+		writer:  w,
 		budget:  fetcher.NewBudget(cfg.BufferBytes),
 		mirrors: map[string]*mirror{},
 		// The agent's own writing client: Check produces through a
 		// DENY with it to learn whether the agent is a super user.
-		ro: readonly.New(dstAdm, readonly.WithClient(dst)),
+		ro: readonly.New(dstAdm, readonly.WithClient(dst), readonly.WithGate(cfg.Gate)),
 	}
 	// Once per destination, at start; a check that does not conclude is
 	// retried at the mirrors' topic syncs.
@@ -379,6 +388,14 @@ func (c *Coordinator) Apply(ctx context.Context, spec MirrorSpec) error {
 		c.startLocked(rec)
 	}
 	return nil
+}
+
+// gate asks Config.Gate whether this agent may write now.
+func (c *Coordinator) gate() error {
+	if c.cfg.Gate == nil {
+		return nil
+	}
+	return c.cfg.Gate()
 }
 
 // sourceOpts returns the client options for a mirror's source.

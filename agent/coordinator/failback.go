@@ -416,6 +416,9 @@ func (c *Coordinator) moveDivergent(ctx context.Context, topic string, partition
 // deleteDestinationTopic deletes topic on the destination and waits until
 // metadata no longer shows it, so that creating it again makes a new topic.
 func (c *Coordinator) deleteDestinationTopic(ctx context.Context, topic string) error {
+	if err := c.gate(); err != nil {
+		return err
+	}
 	resp, err := c.dstAdm.DeleteTopic(ctx, topic)
 	if err == nil {
 		err = resp.Err

@@ -90,9 +90,16 @@ func (m *mirror) syncLoop(ctx context.Context, kind metasync.Kind, run func(cont
 		m.mu.Lock()
 		spec, kick := m.spec, m.syncKick
 		m.mu.Unlock()
-		rctx, cancel := context.WithTimeout(ctx, syncTimeout)
-		res, err := run(rctx, spec)
-		cancel()
+		var res metasync.Result
+		// The writer lease (Config.Gate) is checked before every sync
+		// run, as before every other write: an agent that lost it, or
+		// was frozen past it, syncs nothing more.
+		err := m.c.gate()
+		if err == nil {
+			rctx, cancel := context.WithTimeout(ctx, syncTimeout)
+			res, err = run(rctx, spec)
+			cancel()
+		}
 		if ctx.Err() != nil {
 			return
 		}

@@ -283,6 +283,11 @@ func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 		m.releaseReadOnly(ctx, topic)
 		return nil
 	}
+	// Ensure may create the topic, add partitions and set configs:
+	// writes, so the writer lease is checked first.
+	if err := m.c.gate(); err != nil {
+		return err
+	}
 	info, err := mgr.Ensure(ctx, topic)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -55,8 +56,17 @@ type agentSetup struct {
 
 // writeAgentConfig writes an agent config for dst and mirrors, with the API
 // on a free loopback port and debug logs (they go to files, see
-// startAgentProcess).
+// startAgentProcess). The tests using it run one agent at a time, so the
+// writer lease is off: a restarted agent writes at once (lease_test.go runs
+// agents with a lease).
 func writeAgentConfig(t testing.TB, dst *devcluster.Cluster, mirrors ...agentMirror) agentSetup {
+	t.Helper()
+	return writeAgentConfigWith(t, dst, "lease_duration = \"0s\"\n", mirrors...)
+}
+
+// writeAgentConfigWith is writeAgentConfig with extra top-level settings
+// (HCL lines).
+func writeAgentConfigWith(t testing.TB, dst *devcluster.Cluster, extra string, mirrors ...agentMirror) agentSetup {
 	t.Helper()
 	quote := func(ss []string) string {
 		q := make([]string, len(ss))
@@ -70,6 +80,7 @@ func writeAgentConfig(t testing.TB, dst *devcluster.Cluster, mirrors ...agentMir
 	var b strings.Builder
 	fmt.Fprintf(&b, "destination {\n  bootstrap_servers = %s\n}\n", quote(dst.Bootstrap()))
 	fmt.Fprintf(&b, "listen = %q\nlog_level = \"debug\"\n", s.Listen)
+	b.WriteString(extra)
 	for _, m := range mirrors {
 		fmt.Fprintf(&b, "\nmirror %q {\n  source {\n    bootstrap_servers = %s\n  }\n  topics = %s\n}\n",
 			m.Name, quote(m.Source.Bootstrap()), quote(m.Topics))
@@ -175,6 +186,36 @@ func (a *agentProcess) Kill() {
 		a.t.Fatalf("killing %s: %v", a.name, err)
 	}
 	<-a.exited
+}
+
+// Freeze stops the process (SIGSTOP) the way a long GC pause, a hung VM or
+// a debugger does: its sockets stay open and its clocks keep running.
+func (a *agentProcess) Freeze() {
+	a.t.Helper()
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		a.t.Fatalf("freezing %s: %v", a.name, err)
+	}
+}
+
+// Thaw resumes a frozen process (SIGCONT).
+func (a *agentProcess) Thaw() {
+	a.t.Helper()
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		a.t.Fatalf("resuming %s: %v", a.name, err)
+	}
+}
+
+// Ready returns the status and body of the agent's /readyz: 200 when it is
+// the active agent and runs, 503 otherwise (the body says why).
+func (a *agentProcess) Ready(timeout time.Duration) (int, string, error) {
+	cl := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := cl.Get(a.api.BaseURL + "/readyz")
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b)), nil
 }
 
 // Stop asks the agent to shut down (SIGTERM) and waits for it.

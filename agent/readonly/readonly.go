@@ -52,11 +52,24 @@ type Option func(*Enforcer)
 // user.
 func WithClient(cl *kgo.Client) Option { return func(e *Enforcer) { e.cl = cl } }
 
+// WithGate makes the Enforcer ask gate before it creates or deletes an ACL
+// (Check's probe included) and fail with gate's error instead: the agent's
+// writer lease, so that an agent that lost it changes no ACL.
+func WithGate(gate func() error) Option { return func(e *Enforcer) { e.gate = gate } }
+
+func (e *Enforcer) allowed() error {
+	if e.gate == nil {
+		return nil
+	}
+	return e.gate()
+}
+
 // Enforcer creates and removes the read-only ACLs of mirror topics. It is
 // safe for concurrent use.
 type Enforcer struct {
-	adm *kadm.Client
-	cl  *kgo.Client
+	adm  *kadm.Client
+	cl   *kgo.Client
+	gate func() error
 
 	mu      sync.Mutex
 	checked *Status // the last Check's result, nil before
@@ -124,6 +137,9 @@ func (e *Enforcer) Enforce(ctx context.Context, topic string) (enforced bool, er
 
 // create creates the DENY; see Enforce.
 func (e *Enforcer) create(ctx context.Context, topic string) (bool, error) {
+	if err := e.allowed(); err != nil {
+		return false, fmt.Errorf("readonly: creating the DENY WRITE %s ACL on topic %q: %w", Principal, topic, err)
+	}
 	rs, err := e.adm.CreateACLs(ctx, denyWrite(topic))
 	if err != nil {
 		return false, fmt.Errorf("readonly: creating the DENY WRITE %s ACL on topic %q: %w", Principal, topic, err)
@@ -151,6 +167,9 @@ func (e *Enforcer) create(ctx context.Context, topic string) (bool, error) {
 func (e *Enforcer) Release(ctx context.Context, topic string) error {
 	if topic == "" {
 		return errors.New("readonly: Release: empty topic name")
+	}
+	if err := e.allowed(); err != nil {
+		return fmt.Errorf("readonly: deleting the DENY WRITE %s ACL on topic %q: %w", Principal, topic, err)
 	}
 	rs, err := e.adm.DeleteACLs(ctx, denyWrite(topic))
 	if err != nil {
@@ -226,6 +245,9 @@ func (e *Enforcer) Check(ctx context.Context) (Status, error) {
 }
 
 func (e *Enforcer) check(ctx context.Context) (Status, error) {
+	if err := e.allowed(); err != nil {
+		return Status{}, fmt.Errorf("readonly: checking the destination: %w", err)
+	}
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return Status{}, err

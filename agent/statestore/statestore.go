@@ -30,7 +30,16 @@ type Store struct {
 
 	mu     sync.Mutex
 	values map[string][]byte
+
+	// gate, when set, is asked before every write (SetGate).
+	gate func() error
 }
+
+// SetGate makes Put ask gate before it writes and fail with gate's error
+// instead: the agent's writer lease, so that an agent that lost it does not
+// overwrite the state of the agent that holds it. Call it before the first
+// Put.
+func (s *Store) SetGate(gate func() error) { s.gate = gate }
 
 // Open creates the state topic when it is missing (one partition, compacted,
 // so that ordering per key is total and reads are cheap), reads it to its end
@@ -63,6 +72,17 @@ func Open(ctx context.Context, opts []kgo.Opt, topic string) (*Store, error) {
 
 // Close releases the store's connections.
 func (s *Store) Close() { s.cl.Close() }
+
+// EnsureTopic creates the state topic when it is missing, as Open does; the
+// writer lease (agent/lease) follows the topic before a store is opened.
+func EnsureTopic(ctx context.Context, opts []kgo.Opt, topic string) error {
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("connecting to the destination for state topic %q: %w", topic, err)
+	}
+	defer cl.Close()
+	return ensureTopic(ctx, cl, topic)
+}
 
 func ensureTopic(ctx context.Context, cl *kgo.Client, topic string) error {
 	adm := kadm.NewClient(cl)
@@ -147,6 +167,11 @@ func (s *Store) All() map[string][]byte {
 // Put writes key=value to the state topic (acks=all) and then to memory; a
 // nil value deletes the key.
 func (s *Store) Put(ctx context.Context, key string, value []byte) error {
+	if s.gate != nil {
+		if err := s.gate(); err != nil {
+			return fmt.Errorf("writing %q to state topic %q: %w", key, s.topic, err)
+		}
+	}
 	r := &kgo.Record{Topic: s.topic, Partition: 0, Key: []byte(key), Value: value}
 	if err := s.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
 		return fmt.Errorf("writing %q to state topic %q: %w", key, s.topic, err)

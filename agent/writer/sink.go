@@ -214,7 +214,13 @@ func (s *sink) send(r *request) {
 		rp.Records = p.batch
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
 	}
-	kresp, err := s.w.cl.Broker(int(s.node)).Request(r.ctx, req)
+	// The gate is asked here, when the request leaves, not when its
+	// batches were queued.
+	var kresp kmsg.Response
+	err := s.w.allowed()
+	if err == nil {
+		kresp, err = s.w.cl.Broker(int(s.node)).Request(r.ctx, req)
+	}
 
 	results := make([]produced, len(r.batches))
 	if err != nil {

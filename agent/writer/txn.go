@@ -65,6 +65,9 @@ func retryConcurrent(ctx context.Context, fn func() error) error {
 func (w *Writer) InitTxn(ctx context.Context, txnID string, timeout time.Duration) (Producer, error) {
 	var p Producer
 	err := retryConcurrent(ctx, func() error {
+		if err := w.allowed(); err != nil {
+			return err
+		}
 		req := kmsg.NewPtrInitProducerIDRequest()
 		req.TransactionalID = kmsg.StringPtr(txnID)
 		req.TransactionTimeoutMillis = int32(timeout / time.Millisecond)
@@ -91,6 +94,9 @@ func (w *Writer) InitTxn(ctx context.Context, txnID string, timeout time.Duratio
 // marker there even when no data was written.
 func (w *Writer) AddPartition(ctx context.Context, txnID string, p Producer, topic string, partition int32) error {
 	err := retryConcurrent(ctx, func() error {
+		if err := w.allowed(); err != nil {
+			return err
+		}
 		req := kmsg.NewPtrAddPartitionsToTxnRequest()
 		req.TransactionalID = txnID
 		req.ProducerID = p.ID
@@ -126,6 +132,9 @@ func (w *Writer) AddPartition(ctx context.Context, txnID string, p Producer, top
 // (WaitSettled).
 func (w *Writer) EndTxn(ctx context.Context, txnID string, p Producer, commit bool) error {
 	err := retryConcurrent(ctx, func() error {
+		if err := w.allowed(); err != nil {
+			return err
+		}
 		req := kmsg.NewPtrEndTxnRequest()
 		req.TransactionalID = txnID
 		req.ProducerID = p.ID
@@ -198,6 +207,9 @@ func (w *Writer) ProduceTxn(ctx context.Context, txnID, topic string, partition 
 func (w *Writer) WriteMarkers(ctx context.Context, p Producer, topic string, partition int32, n int) error {
 	l, err := w.meta.Leader(ctx, topic, partition)
 	if err != nil {
+		return fmt.Errorf("writing markers to %s/%d: %w", topic, partition, err)
+	}
+	if err := w.allowed(); err != nil {
 		return fmt.Errorf("writing markers to %s/%d: %w", topic, partition, err)
 	}
 	req := kmsg.NewPtrWriteTxnMarkersRequest()

@@ -44,6 +44,26 @@ type Writer struct {
 
 	mu    sync.Mutex
 	sinks map[int32]*sink // by destination broker
+
+	// gate, when set, is asked right before every request that writes
+	// (SetGate).
+	gate func() error
+}
+
+// SetGate makes the writer ask gate right before it sends any request that
+// writes to the destination (produce, transaction requests, markers,
+// DeleteRecords, producer ids), and fail that write with gate's error
+// instead of sending it. The agent's writer lease (agent/lease) is the
+// gate: an agent that may no longer write stops at its next request, even
+// one already queued. Call it before the first write.
+func (w *Writer) SetGate(gate func() error) { w.gate = gate }
+
+// allowed returns the gate's verdict on a write about to be sent.
+func (w *Writer) allowed() error {
+	if w.gate == nil {
+		return nil
+	}
+	return w.gate()
 }
 
 // New returns a writer using cl, which must have been made with ClientOpts.
@@ -59,6 +79,9 @@ func (w *Writer) Meta() *leaders.Cache { return w.meta }
 
 // InitProducerID allocates an idempotent producer id (no transactional id).
 func (w *Writer) InitProducerID(ctx context.Context) (int64, int16, error) {
+	if err := w.allowed(); err != nil {
+		return 0, 0, fmt.Errorf("allocating a producer id on the destination: %w", err)
+	}
 	req := kmsg.NewPtrInitProducerIDRequest()
 	req.TransactionTimeoutMillis = -1
 	req.ProducerID = -1
@@ -109,6 +132,9 @@ func (w *Writer) Produce(ctx context.Context, topic string, partition int32, bat
 func (w *Writer) produceAlone(ctx context.Context, txnID *string, topic string, partition int32, batch []byte) (int64, error) {
 	l, err := w.meta.Leader(ctx, topic, partition)
 	if err != nil {
+		return -1, &ProduceError{Topic: topic, Partition: partition, Err: err}
+	}
+	if err := w.allowed(); err != nil {
 		return -1, &ProduceError{Topic: topic, Partition: partition, Err: err}
 	}
 	req := kmsg.NewPtrProduceRequest()
@@ -201,6 +227,9 @@ func (w *Writer) ScanTail(ctx context.Context, topic string, partition int32, lo
 func (w *Writer) DeleteRecords(ctx context.Context, topic string, partition int32, offset int64) error {
 	l, err := w.meta.Leader(ctx, topic, partition)
 	if err != nil {
+		return fmt.Errorf("deleting records of %s/%d below %d: %w", topic, partition, offset, err)
+	}
+	if err := w.allowed(); err != nil {
 		return fmt.Errorf("deleting records of %s/%d below %d: %w", topic, partition, offset, err)
 	}
 	req := kmsg.NewPtrDeleteRecordsRequest()

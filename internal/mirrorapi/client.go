@@ -56,6 +56,14 @@ func IsCode(err error, code string) bool {
 	return errors.As(err, &e) && e.Body.Code == code
 }
 
+// Agent returns the agent's role in the writer lease (GET /v1/agent); a
+// standby answers it too.
+func (c *Client) Agent(ctx context.Context) (AgentStatus, error) {
+	var st AgentStatus
+	err := c.do(ctx, "GET", "/v1/agent", nil, &st)
+	return st, err
+}
+
 // Describe returns every mirror's status (GET /v1/mirrors).
 func (c *Client) Describe(ctx context.Context) ([]Mirror, error) {
 	var out DescribeResponse
@@ -252,7 +260,9 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 		}
 		switch resp.StatusCode {
 		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-			transient = true
+			// A standby stays one until the active agent fails: ask
+			// the active one instead of retrying here.
+			transient = e.Code != CodeNotActive
 		}
 		return transient, &APIError{Status: resp.StatusCode, Body: e}
 	}

@@ -352,6 +352,36 @@ const (
 	CodeNotReady        = "COORDINATOR_LOAD_IN_PROGRESS" // the agent is still loading its state
 	CodeNotFound        = "NOT_FOUND"                    // no such route
 	CodeInternal        = "UNKNOWN_SERVER_ERROR"
+	// CodeNotActive: the agent is a standby of the writer lease; the
+	// message names the active agent, to which the call should go.
+	CodeNotActive = "NOT_ACTIVE"
+)
+
+// AgentStatus is the body of GET /v1/agent: this agent and the writer
+// lease as it sees it. Every agent answers it, standbys too.
+type AgentStatus struct {
+	// AgentID names the agent (agent_id, default HOSTNAME-PID).
+	AgentID string `json:"agent_id"`
+	// Role is active (it writes to the destination), standby, or
+	// taking_over (it holds the lease and waits out the previous
+	// holder's writes before it starts).
+	Role AgentRole `json:"role"`
+	// LeaseHolder is the agent holding the writer lease, empty when none
+	// does; LeaseEpoch grows by one at every takeover. Both are empty
+	// and 0 when the agent runs without a lease (lease_duration 0s).
+	LeaseHolder     string `json:"lease_holder,omitempty"`
+	LeaseEpoch      int64  `json:"lease_epoch"`
+	LeaseDurationMs int64  `json:"lease_duration_ms"`
+}
+
+// AgentRole is an agent's part in the writer lease.
+type AgentRole string
+
+// The roles of AgentStatus.
+const (
+	RoleActive     AgentRole = "active"
+	RoleStandby    AgentRole = "standby"
+	RoleTakingOver AgentRole = "taking_over"
 )
 
 // Throttle is a mirror's replication throttle: the body of PUT

@@ -14,13 +14,17 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/agent/api"
 	"github.com/kmirror/kmirror/agent/config"
 	"github.com/kmirror/kmirror/agent/coordinator"
 	"github.com/kmirror/kmirror/agent/kafkaconn"
+	"github.com/kmirror/kmirror/agent/lease"
 	"github.com/kmirror/kmirror/agent/metrics"
 	"github.com/kmirror/kmirror/agent/secrets"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
 func init() {
@@ -35,6 +39,8 @@ func runAgent(ctx context.Context, args []string) error {
 	logLevel := fs.String("log-level", "", "trace, debug, info, warn or error (overrides the config file)")
 	metricsListen := fs.String("metrics-listen", "", "address serving only GET /metrics (Prometheus) without authentication, such as 0.0.0.0:9464 (overrides metrics_listen in the config file); the API address serves /metrics too, behind the bearer token")
 	tokenFile := fs.String("token-file", "", "file of API bearer tokens, one a line (overrides token_file in the config file); without it the API listens on loopback only")
+	agentID := fs.String("agent-id", "", "this agent's name in the writer lease, describe and logs (overrides agent_id in the config file; default HOSTNAME-PID)")
+	leaseDuration := fs.String("lease-duration", "", "writer lease between agents sharing the destination and state topic, such as 15s; 0s runs without one, for a destination only this agent writes to (overrides lease_duration in the config file)")
 	secretKeyFile := fs.String("secret-key-file", "", "file with the AES-256 key (64 hex digits, `openssl rand -hex 32`) that encrypts literal secrets of mirror sources in the state topic (env KMIRROR_SECRET_KEY_FILE; overrides secret_key_file)")
 	tlsCertFile := fs.String("tls-cert-file", "", "PEM certificate of the API, to serve HTTPS (env KMIRROR_TLS_CERT_FILE; overrides tls_cert_file)")
 	tlsKeyFile := fs.String("tls-key-file", "", "PEM private key of --tls-cert-file (env KMIRROR_TLS_KEY_FILE; overrides tls_key_file)")
@@ -67,6 +73,12 @@ func runAgent(ctx context.Context, args []string) error {
 	}
 	if *metricsListen != "" {
 		cfg.MetricsListen = *metricsListen
+	}
+	if *agentID != "" {
+		cfg.AgentID = *agentID
+	}
+	if *leaseDuration != "" {
+		cfg.LeaseDuration = *leaseDuration
 	}
 	// Flags win over the environment, which wins over the config file.
 	for _, o := range []struct {
@@ -108,7 +120,8 @@ func runAgent(ctx context.Context, args []string) error {
 	// Metrics read the coordinator once it exists; until then only the
 	// fetch, Go and process series.
 	collector := metrics.NewCollector()
-	metricsHandler := metrics.Handler(metrics.Registry(collector))
+	registry := metrics.Registry(collector)
+	metricsHandler := metrics.Handler(registry)
 	if cfg.MetricsListen != "" {
 		ln, err := net.Listen("tcp", cfg.MetricsListen)
 		if err != nil {
@@ -123,7 +136,8 @@ func runAgent(ctx context.Context, args []string) error {
 	}
 
 	// The API listens first, so that /healthz answers and /readyz says when
-	// the state topic is loaded; the other routes answer 503 until then.
+	// the state topic is loaded (and whether this agent is the active one);
+	// the other routes answer 503 until then.
 	var srv *api.Server
 	if cfg.Listen != "" {
 		var tokens []string
@@ -160,35 +174,192 @@ func runAgent(ctx context.Context, args []string) error {
 		}
 	}
 
+	if srv == nil {
+		srv = api.New(api.Options{Logger: log.Named("api")}) // no listener: nobody calls it
+	}
+	run := &agentRun{cfg: cfg, dstOpts: dstOpts, box: box, log: log, srv: srv, collector: collector}
+	duration, requestTimeout := cfg.Lease()
+	if duration == 0 {
+		id := cfg.AgentID
+		if id == "" {
+			id = lease.DefaultAgentID()
+		}
+		srv.SetAgentStatus(func() mirrorapi.AgentStatus {
+			return mirrorapi.AgentStatus{AgentID: id, Role: mirrorapi.RoleActive}
+		})
+		log.Warn("running without a writer lease (lease_duration = \"0s\"): no other agent may use this destination and state topic")
+		return run.term(ctx, nil)
+	}
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	co, err := coordinator.New(startCtx, coordinator.Config{
-		Destination:     dstOpts,
-		SecretBox:       box,
-		StateTopic:      cfg.StateTopic,
-		BufferBytes:     cfg.BufferBytes,
-		RefreshInterval: cfg.RefreshInterval(),
-		// A promote fences source writes with a DENY WRITE ACL
-		// (DESIGN §4).
-		SourceFence: coordinator.ACLSourceFence{},
-		Logger:      log,
+	l, err := lease.Open(startCtx, lease.Config{
+		Destination: run.destination(), Topic: cfg.StateTopic, AgentID: cfg.AgentID,
+		Duration: duration, RequestTimeout: requestTimeout, Logger: log.Named("lease"),
 	})
 	if err != nil {
 		return err
 	}
+	defer l.Close()
+	run.standby = func() string { return standbyMessage(l.Status()) }
+	registry.MustRegister(leaseMetrics(l)...)
+	srv.SetAgentStatus(func() mirrorapi.AgentStatus {
+		st := l.Status()
+		return mirrorapi.AgentStatus{
+			AgentID: st.AgentID, Role: mirrorapi.AgentRole(st.Role),
+			LeaseHolder: st.Holder, LeaseEpoch: st.Epoch, LeaseDurationMs: st.Duration.Milliseconds(),
+		}
+	})
+	log.Info("writer lease", "agent_id", l.AgentID(), "lease_duration", duration, "lease_request_timeout", requestTimeout)
+	for {
+		// A standby follows the lease and serves /healthz; /readyz and
+		// /v1 say which agent is active.
+		srv.SetStandby(run.standby)
+		collector.SetSource(noMirrors{})
+		st := l.Status()
+		log.Info("standby: waiting for the writer lease", "agent_id", st.AgentID, "holder", st.Holder, "epoch", st.Epoch)
+		t, err := l.Acquire(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("acquiring the writer lease: %w", err)
+		}
+		err = run.term(ctx, t)
+		if err != nil || ctx.Err() != nil {
+			// Every write of the term has returned: the next agent
+			// may start at once.
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			if rerr := t.Release(rctx); rerr != nil {
+				log.Warn("releasing the writer lease failed; the next agent waits for it to run out", "error", rerr)
+			}
+			rcancel()
+			return err
+		}
+		log.Warn("lost the writer lease: back to standby", "epoch", t.Epoch(), "reason", context.Cause(t.Context()))
+	}
+}
+
+// agentRun runs the coordinator for one term of the writer lease.
+type agentRun struct {
+	cfg       *config.File
+	dstOpts   []kgo.Opt    // the destination's connection (TLS, SASL)
+	box       *secrets.Box // encrypts literal secrets of mirror sources; nil: none accepted
+	log       hclog.Logger
+	srv       *api.Server
+	collector *metrics.Collector
+	// standby says, on a standby, which agent is active (with a lease).
+	standby func() string
+}
+
+func (r *agentRun) destination() []kgo.Opt {
+	return r.dstOpts
+}
+
+// term loads the state topic and runs the mirrors while t holds the lease
+// (for ever when t is nil: no lease), until ctx ends or the lease is lost.
+// It returns once every write of the term has returned; an error only when
+// the agent must exit.
+func (r *agentRun) term(ctx context.Context, t *lease.Term) error {
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var gate func() error
+	if t != nil {
+		gate = t.Check
+		defer context.AfterFunc(t.Context(), func() {
+			// Refuse API calls at once; the coordinator stops
+			// behind.
+			r.srv.SetStandby(r.standby)
+			stop()
+		})()
+	}
+	startCtx, cancel := context.WithTimeout(runCtx, 60*time.Second)
+	defer cancel()
+	co, err := coordinator.New(startCtx, coordinator.Config{
+		Destination:     r.destination(),
+		SecretBox:       r.box,
+		StateTopic:      r.cfg.StateTopic,
+		BufferBytes:     r.cfg.BufferBytes,
+		RefreshInterval: r.cfg.RefreshInterval(),
+		// A promote fences source writes with a DENY WRITE ACL
+		// (DESIGN §4).
+		SourceFence: coordinator.ACLSourceFence{},
+		Gate:        gate,
+		Logger:      r.log,
+	})
+	if err != nil {
+		if t != nil && runCtx.Err() != nil {
+			return nil // lost the lease while loading, or stopping
+		}
+		return err
+	}
 	defer co.Close()
-	for _, m := range cfg.Mirrors {
+	for _, m := range r.cfg.Mirrors {
 		if err := co.Apply(startCtx, m.Spec()); err != nil {
+			if t != nil && runCtx.Err() != nil {
+				return nil
+			}
 			return fmt.Errorf("applying mirror %q from the config: %w", m.Name, err)
 		}
 	}
-	if srv != nil {
-		srv.SetBackend(co)
+	r.srv.SetBackend(co)
+	r.collector.SetSource(co)
+	epoch := int64(0)
+	if t != nil {
+		epoch = t.Epoch()
 	}
-	collector.SetSource(co)
-	log.Info("agent running", "destination", strings.Join(cfg.Destination.BootstrapServers, ","), "state_topic", cfg.StateTopic, "mirrors", len(co.Mirrors()))
-	return co.Run(ctx)
+	r.log.Info("agent running", "destination", strings.Join(r.cfg.Destination.BootstrapServers, ","), "state_topic", r.cfg.StateTopic, "mirrors", len(co.Mirrors()), "lease_epoch", epoch)
+	err = co.Run(runCtx)
+	if t != nil {
+		// No API call reaches the coordinator once it closes.
+		r.srv.SetStandby(r.standby)
+		r.collector.SetSource(noMirrors{})
+	}
+	return err
 }
+
+// standbyMessage says, on a standby, which agent is active.
+func standbyMessage(st lease.Status) string {
+	switch {
+	case st.Role == lease.RoleActive:
+		return fmt.Sprintf("this agent (%s) is stopping and hands the writer lease (epoch %d) on; retry shortly", st.AgentID, st.Epoch)
+	case st.Role == lease.RoleTakingOver:
+		return fmt.Sprintf("this agent (%s) holds the writer lease (epoch %d) and waits for the previous holder's writes to run out before it serves; retry shortly", st.AgentID, st.Epoch)
+	case st.Holder == "":
+		return fmt.Sprintf("this agent (%s) is a standby of the writer lease, which nobody holds now (epoch %d); an agent takes it within moments", st.AgentID, st.Epoch)
+	default:
+		return fmt.Sprintf("this agent (%s) is a standby; the active agent is %s (writer lease epoch %d, renewed %v ago): send the call to it",
+			st.AgentID, st.Holder, st.Epoch, st.SinceRenewal.Round(time.Millisecond))
+	}
+}
+
+// leaseMetrics are the writer lease's series: whether this agent writes
+// (alert when no agent of a destination does), and the lease epoch (its
+// increments count takeovers).
+func leaseMetrics(l *lease.Lease) []prometheus.Collector {
+	labels := prometheus.Labels{"agent_id": l.AgentID()}
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "kmirror_agent_active",
+			Help:        "1 while this agent holds the writer lease and writes to the destination, 0 on a standby.",
+			ConstLabels: labels,
+		}, func() float64 {
+			if l.Status().Role == lease.RoleActive {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "kmirror_lease_epoch",
+			Help:        "The writer lease's epoch as this agent last read it; it grows by one at every takeover.",
+			ConstLabels: labels,
+		}, func() float64 { return float64(l.Status().Epoch) }),
+	}
+}
+
+// noMirrors is the metrics source of a standby: it runs no mirror.
+type noMirrors struct{}
+
+func (noMirrors) Describe() []mirrorapi.Mirror { return nil }
 
 // readTokens reads the API's bearer tokens: one a line, blank lines and
 // lines starting with # ignored.

@@ -1,0 +1,75 @@
+package api_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kmirror/kmirror/agent/api"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
+)
+
+// TestStandby: a standby of the writer lease is healthy, not ready, and
+// refuses /v1 calls with NOT_ACTIVE naming the active agent, which the
+// client does not retry; it serves once it becomes active, and refuses again
+// when it loses the lease.
+func TestStandby(t *testing.T) {
+	s := api.New(api.Options{})
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	const why = "this agent (b) is a standby; the active agent is a (writer lease epoch 4)"
+	s.SetStandby(func() string { return why })
+	get := func(p string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(srv.URL + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if st, _ := get("/healthz"); st != http.StatusOK {
+		t.Errorf("/healthz of a standby: %d, want 200", st)
+	}
+	if st, body := get("/readyz"); st != http.StatusServiceUnavailable || !strings.Contains(body, "standby: "+why) {
+		t.Errorf("/readyz of a standby: %d %q", st, body)
+	}
+	// GET /v1/agent is answered by a standby too.
+	s.SetAgentStatus(func() mirrorapi.AgentStatus {
+		return mirrorapi.AgentStatus{AgentID: "b", Role: mirrorapi.RoleStandby, LeaseHolder: "a", LeaseEpoch: 4, LeaseDurationMs: 15000}
+	})
+	if st, body := get("/v1/agent"); st != http.StatusOK || !strings.Contains(body, `"role": "standby"`) || !strings.Contains(body, `"lease_holder": "a"`) {
+		t.Errorf("GET /v1/agent of a standby: %d %s", st, body)
+	} else {
+		checkResponse(t, loadDoc(t), "GET", "/v1/agent", st, []byte(body))
+	}
+	cl := mirrorapi.NewClient(srv.URL, "")
+	cl.Backoff = time.Second
+	began := time.Now()
+	_, err := cl.Describe(context.Background())
+	if !mirrorapi.IsCode(err, mirrorapi.CodeNotActive) || !strings.Contains(err.Error(), why) {
+		t.Errorf("describe on a standby: %v; want NOT_ACTIVE with %q", err, why)
+	}
+	if took := time.Since(began); took >= cl.Backoff {
+		t.Errorf("the client retried NOT_ACTIVE (%v)", took)
+	}
+
+	f := &fakeBackend{}
+	f.running.Store(true)
+	s.SetBackend(f)
+	if st, _ := get("/readyz"); st != http.StatusOK {
+		t.Errorf("/readyz once active: %d", st)
+	}
+	if _, err := cl.Describe(context.Background()); err != nil {
+		t.Errorf("describe once active: %v", err)
+	}
+	s.SetStandby(func() string { return why })
+	if _, err := cl.Describe(context.Background()); !mirrorapi.IsCode(err, mirrorapi.CodeNotActive) {
+		t.Errorf("describe after losing the lease: %v", err)
+	}
+}

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/kmirror/kmirror/internal/mirrorapi"
+)
+
+func init() {
+	register("status", "show whether the agent is the active writer or a standby (writer lease)", runStatus)
+}
+
+func runStatus(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("kmirror status", flag.ContinueOnError)
+	addr, token := agentFlags(fs)
+	output := fs.String("output", "table", "table or json")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *output != "table" && *output != "json" {
+		return fmt.Errorf("--output %q: use table or json", *output)
+	}
+	st, err := mirrorapi.NewClient(*addr, *token).Agent(ctx)
+	if err != nil {
+		return err
+	}
+	if *output == "json" {
+		return printJSON(st)
+	}
+	fmt.Fprintln(stdout, statusLine(st))
+	return nil
+}
+
+// statusLine says in one line what an agent is to the writer lease.
+func statusLine(st mirrorapi.AgentStatus) string {
+	lease := time.Duration(st.LeaseDurationMs) * time.Millisecond
+	switch {
+	case st.LeaseEpoch == 0 && st.LeaseHolder == "" && st.Role == mirrorapi.RoleActive:
+		return fmt.Sprintf("agent %s: active, without a writer lease", st.AgentID)
+	case st.LeaseHolder == "":
+		return fmt.Sprintf("agent %s: %s; nobody holds the writer lease (epoch %d)", st.AgentID, st.Role, st.LeaseEpoch)
+	default:
+		return fmt.Sprintf("agent %s: %s; writer lease epoch %d held by %s (lease %v)", st.AgentID, st.Role, st.LeaseEpoch, st.LeaseHolder, lease)
+	}
+}

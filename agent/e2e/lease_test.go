@@ -1,0 +1,308 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/workload"
+)
+
+// Lease settings of TestLeaseTakeover: short, so that ten takeovers fit in
+// a test, and long enough for a loaded machine to renew in time.
+const (
+	e2eLease        = 1500 * time.Millisecond
+	e2eLeaseTimeout = 500 * time.Millisecond
+)
+
+// TestLeaseTakeover runs two agent processes against one destination and
+// state topic while producers keep writing to the source (a plain topic and
+// a transactional one, a third of its transactions aborted). Ten times, the
+// active agent is killed (SIGKILL, then started again as a standby) or
+// frozen (SIGSTOP, resumed with SIGCONT once the other took over),
+// alternating. Each time the other agent must take over within a bounded
+// time; a resumed agent must find it lost the lease and stay a standby; the
+// produce requests the agent had on the way are held and land late, after
+// the new agent's first writes (deduplicated or rejected); and at the end the
+// destination is offset-identical to the source at both isolation levels
+// with no destination transaction left open.
+//
+// KMIRROR_LEASE_SEED=N replays a run's pauses.
+func TestLeaseTakeover(t *testing.T) {
+	seed := time.Now().UnixNano()
+	if s := os.Getenv("KMIRROR_LEASE_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseInt(s, 10, 64); err != nil {
+			t.Fatalf("KMIRROR_LEASE_SEED=%q: %v", s, err)
+		}
+	}
+	t.Logf("seed %d (rerun with KMIRROR_LEASE_SEED=%d)", seed, seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 3))
+
+	const rounds = 10
+	specs := []workload.Spec{{
+		Topic: "orders", Partitions: 3, Seed: seed,
+		Codecs:  workload.AllCodecs,
+		Headers: true, ExplicitTimestamps: true,
+	}, {
+		Topic: "payments", Partitions: 3, Seed: seed + 1,
+		Codecs:  []string{workload.CodecZstd, workload.CodecNone, workload.CodecLz4},
+		Headers: true, ExplicitTimestamps: true,
+		TransactionalID: "payments", AbortEvery: 3,
+	}}
+	var topics []string
+	for _, s := range specs {
+		topics = append(topics, s.Topic)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 170*time.Second)
+	defer cancel()
+	src := devcluster.StartT(t, devcluster.Name("src"), devcluster.Brokers(3), devcluster.KfakeOptions(kfake.SeedTopics(3, topics...)))
+	dst := devcluster.StartT(t, devcluster.Name("dst"), devcluster.Brokers(3))
+	// Produce requests of the mirror topics take a few ms, and those of an
+	// agent killed or frozen on the way are held until the new active
+	// agent has read the partition's end and written 0 to 7 batches there
+	// (kill_test.go): the late writes of a zombie, which must be
+	// deduplicated or rejected.
+	lat := injectLatency(t, dst.Kfake(), topics, seed)
+
+	type produced struct {
+		st  workload.Stats
+		err error
+	}
+	pctx, stopProducing := context.WithCancel(ctx)
+	defer stopProducing()
+	var pdone []chan produced
+	for _, spec := range specs {
+		prod := workload.NewProducer([]kgo.Opt{kgo.SeedBrokers(src.Bootstrap()...)}, spec, 500)
+		done := make(chan produced, 1)
+		pdone = append(pdone, done)
+		go func() {
+			st, err := prod.Run(pctx)
+			done <- produced{st, err}
+		}()
+		if err := prod.WaitAcked(ctx, 100); err != nil {
+			t.Fatalf("producer of %s: %v", spec.Topic, err)
+		}
+	}
+
+	mirror := agentMirror{Name: "dr", Source: src, Topics: topics}
+	leaseCfg := func(id string) string {
+		return fmt.Sprintf("agent_id = %q\nlease_duration = %q\nlease_request_timeout = %q\n", id, e2eLease, e2eLeaseTimeout)
+	}
+	setups := map[string]agentSetup{
+		"a": writeAgentConfigWith(t, dst, leaseCfg("a"), mirror),
+		"b": writeAgentConfigWith(t, dst, leaseCfg("b"), mirror),
+	}
+	starts := map[string]int{}
+	start := func(id string) *agentProcess {
+		starts[id]++
+		return startAgentProcess(t, setups[id], fmt.Sprintf("agent-%s-%d", id, starts[id]))
+	}
+	agents := map[string]*agentProcess{"a": start("a"), "b": start("b")}
+	other := map[string]string{"a": "b", "b": "a"}
+
+	active, _ := waitActive(ctx, t, agents, "", 30*time.Second)
+	var takeovers []time.Duration
+	for i := 1; i <= rounds; i++ {
+		// Let the active agent mirror for a while: the kill or freeze
+		// lands at a random moment of its copying.
+		pause := 300*time.Millisecond + time.Duration(rng.Int64N(int64(1200*time.Millisecond)))
+		select {
+		case <-ctx.Done():
+			t.Fatalf("round %d: %v", i, ctx.Err())
+		case <-time.After(pause):
+		}
+		// Whichever agent is active now (a lease that lapsed under load
+		// would have moved it; that is liveness, not safety).
+		if cur, _ := waitActive(ctx, t, agents, "", 30*time.Second); cur != active {
+			t.Logf("round %2d: agent %s is active, not %s", i, cur, active)
+			active = cur
+		}
+		a := agents[active]
+		standby := other[active]
+		assertNotFailed(ctx, t, a, i)
+		// Kill, kill, freeze, freeze, ...: each agent is killed and
+		// frozen in turn.
+		freeze := (i-1)/2%2 == 1
+		lostBefore := lostLeaseLines(t, a)
+		busy := lat.InFlight()
+		if freeze {
+			a.Freeze()
+		} else {
+			a.Kill()
+		}
+		// Its requests on the way are late from now on; the standby's
+		// writes, after the takeover, release them.
+		lat.Killed()
+		lat.Arm()
+		next, took := waitActive(ctx, t, agents, active, 30*time.Second)
+		if next != standby {
+			t.Fatalf("round %d: agent %s is active, want %s", i, next, standby)
+		}
+		takeovers = append(takeovers, took)
+		how := "killed"
+		if freeze {
+			how = "frozen"
+			// The frozen agent resumes after the takeover: it must find
+			// its lease expired and go back to standby, naming the new
+			// active agent, without writing (the final verify and the
+			// partitions' states show any write it made).
+			a.Thaw()
+			if err := waitStandby(ctx, a, next, 2*e2eLease); err != nil {
+				t.Fatalf("round %d: agent %s resumed after agent %s took over: %v", i, active, next, err)
+			}
+			if n := lostLeaseLines(t, a); n <= lostBefore {
+				t.Fatalf("round %d: the log of agent %s does not say it lost the writer lease after it resumed", i, active)
+			}
+			if code, body, err := agents[next].Ready(2 * time.Second); err != nil || code != http.StatusOK {
+				t.Fatalf("round %d: agent %s is no longer active after agent %s resumed: %d %q %v", i, next, active, code, body, err)
+			}
+		} else {
+			agents[active] = start(active) // a standby now
+		}
+		t.Logf("round %2d: agent %s %s after %4dms with %d writes in flight; agent %s active %v later", i, active, how, pause.Milliseconds(), busy, next, took.Round(time.Millisecond))
+		active = next
+	}
+	stopProducing()
+	var stats []workload.Stats
+	for i, done := range pdone {
+		res := <-done
+		if res.err != nil {
+			t.Fatalf("producer of %s: %v", specs[i].Topic, res.err)
+		}
+		stats = append(stats, res.st)
+	}
+	sorted := slices.Clone(takeovers)
+	slices.Sort(sorted)
+	t.Logf("%d takeovers (lease %v, request timeout %v): min %v, median %v, max %v", len(sorted), e2eLease, e2eLeaseTimeout,
+		sorted[0].Round(time.Millisecond), sorted[len(sorted)/2].Round(time.Millisecond), sorted[len(sorted)-1].Round(time.Millisecond))
+	// Bounded: the holder's lease runs out at most a lease after its last
+	// renewal, the new owner waits a lease and the request timeout, and it
+	// then loads its state topic and starts (a few hundred ms here).
+	if limit := 2*e2eLease + e2eLeaseTimeout + 3*time.Second; sorted[len(sorted)-1] > limit {
+		t.Errorf("a takeover took %v, more than the %v the lease bounds it by", sorted[len(sorted)-1], limit)
+	}
+	for _, st := range stats {
+		t.Logf("%s: %d records produced (%d aborted), per partition %v", st.Spec.Topic, st.Records, st.Aborted, st.PerPartition)
+	}
+
+	srcCl := newClient(t, src)
+	dstCl := newClient(t, dst)
+	ends := map[string]string{}
+	for _, topic := range topics {
+		ends[topic] = fmt.Sprint(waitCaughtUp(ctx, t, srcCl, dstCl, topic, agents[active], 60*time.Second))
+	}
+	// Every late request must have been applied or refused before the
+	// comparison, or it could land after it.
+	lat.ReleaseAll(ctx, t)
+	held, late := lat.Stats()
+	t.Logf("late produce requests of killed or frozen agents: %d held past the takeover, released %v", held, late)
+	for _, topic := range topics {
+		if again := fmt.Sprint(waitCaughtUp(ctx, t, srcCl, dstCl, topic, agents[active], 30*time.Second)); again != ends[topic] {
+			t.Errorf("%s: log ends moved after the late requests settled: %s, then %s", topic, ends[topic], again)
+		}
+		assertIdentical(ctx, t, srcCl, dstCl, topic)
+	}
+	assertNoOpenAgentTxns(t, kadm.NewClient(dstCl))
+	// Both agents agree on the lease: held by the active one, at an epoch
+	// that counts the first claim and every takeover.
+	for id, a := range agents {
+		st, err := a.api.Agent(ctx)
+		if err != nil || st.LeaseHolder != active || st.LeaseEpoch < rounds+1 || st.AgentID != id {
+			t.Errorf("GET /v1/agent of agent %s: %+v, %v; want holder %s at epoch %d or more", id, st, err, active, rounds+1)
+		}
+	}
+	// The standby never served: its /readyz names the active agent.
+	if code, body, err := agents[other[active]].Ready(2 * time.Second); err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, "the active agent is "+active) {
+		t.Errorf("the standby's /readyz: %d %q %v; want 503 naming agent %s", code, body, err, active)
+	}
+	for _, a := range agents {
+		a.Stop()
+	}
+}
+
+// waitActive polls the agents' /readyz until one other than old answers 200,
+// and returns its id and how long that took.
+func waitActive(ctx context.Context, t *testing.T, agents map[string]*agentProcess, old string, timeout time.Duration) (string, time.Duration) {
+	t.Helper()
+	began := time.Now()
+	deadline := time.After(timeout)
+	var last []string
+	for {
+		last = last[:0]
+		for id, a := range agents {
+			if id == old {
+				continue // killed, or frozen: it would not answer
+			}
+			code, body, err := a.Ready(time.Second)
+			if err == nil && code == http.StatusOK {
+				return id, time.Since(began)
+			}
+			last = append(last, fmt.Sprintf("agent %s: %d %q %v", id, code, body, err))
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for an active agent: %v (%s)", ctx.Err(), strings.Join(last, "; "))
+		case <-deadline:
+			t.Fatalf("no agent became active within %v: %s", timeout, strings.Join(last, "; "))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// waitStandby waits until a's /readyz says it is a standby of active.
+func waitStandby(ctx context.Context, a *agentProcess, active string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var code int
+	var body string
+	var err error
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		code, body, err = a.Ready(time.Second)
+		if err == nil && code == http.StatusServiceUnavailable && strings.Contains(body, "the active agent is "+active) {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("its /readyz still answers %d %q (%v) after %v; want 503 naming agent %s as active", code, body, err, timeout, active)
+}
+
+// assertNotFailed fails the test when the agent describes a FAILED partition
+// (a write of a zombie would show as one: a foreign write, a shifted
+// offset).
+func assertNotFailed(ctx context.Context, t *testing.T, a *agentProcess, round int) {
+	t.Helper()
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ms, err := a.Describe(dctx)
+	if err != nil {
+		t.Fatalf("round %d: describe of the active agent %s: %v", round, a.name, err)
+	}
+	for _, p := range describedPartitions(ms) {
+		if p.State == mirrorapi.StateFailed {
+			t.Fatalf("round %d: %s/%d FAILED: %s", round, p.Topic, p.Partition, p.Reason)
+		}
+	}
+}
+
+// lostLeaseLines counts the times the agent's log says it lost the lease.
+func lostLeaseLines(t *testing.T, a *agentProcess) int {
+	t.Helper()
+	b, err := os.ReadFile(a.logPath)
+	if err != nil {
+		t.Fatalf("reading the log of %s: %v", a.name, err)
+	}
+	return strings.Count(string(b), "writer lease lost: this agent stops writing")
+}
