@@ -453,7 +453,7 @@ func (l *Lease) tryAcquire(ctx context.Context) (*Term, error) {
 	// The term outlives ctx: an agent that stops releases the lease
 	// after its last write returned, with the term still live.
 	tctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	t := &Term{l: l, epoch: claim.Epoch, ctx: tctx, cancel: cancel}
+	t := &Term{l: l, epoch: claim.Epoch, ctx: tctx, cancel: cancel, renewing: make(chan struct{})}
 	t.validFrom.Store(int64(sent))
 	// The term is registered before the claim is written, so that the
 	// follower ends it if another claim of this epoch comes first.
@@ -484,7 +484,10 @@ func (l *Lease) tryAcquire(ctx context.Context) (*Term, error) {
 		return nil, nil
 	}
 	acked := l.since()
-	go t.renew()
+	go func() {
+		defer close(t.renewing)
+		t.renew()
+	}()
 	go t.watch()
 	// The takeover wait: a renewal of the old holder may have landed just
 	// before this claim (its lease then runs until at most its duration
@@ -565,6 +568,8 @@ type Term struct {
 	validFrom atomic.Int64
 	active    atomic.Bool
 	released  atomic.Bool
+	// renewing ends when the renew loop has returned.
+	renewing chan struct{}
 }
 
 // Epoch returns the term's lease epoch.
@@ -670,5 +675,17 @@ func (t *Term) Release(ctx context.Context) error {
 	t.released.Store(true)
 	t.lose("released")
 	defer t.l.clearTerm(t)
+	// A renewal cancelled by the term's end may still be buffered in the
+	// client, and kgo fails the records queued behind a cancelled one in
+	// the same partition: wait for the renew loop and for that record to
+	// be done before writing the release.
+	select {
+	case <-t.renewing:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := t.l.cl.Flush(ctx); err != nil {
+		return fmt.Errorf("writing the writer lease (release of epoch %d): waiting for the last renewal: %w", t.epoch, err)
+	}
 	return t.l.write(ctx, record{Kind: "release", Agent: t.l.cfg.AgentID, Instance: t.l.instance, Epoch: t.epoch, DurationMs: t.l.cfg.Duration.Milliseconds()})
 }
