@@ -133,7 +133,7 @@ func runExample(t *testing.T, tf, reattach, root, dir, name string) {
 
 	var harness, override strings.Builder
 	if !strings.Contains(src, "required_providers") {
-		harness.WriteString("terraform {\n  required_providers {\n    kafka = { source = \"kmirror/kafka\" }\n  }\n}\n\n")
+		harness.WriteString(accRequiredProviders("kafka") + "\n")
 	}
 	// Every example configures the provider and calls the agent at least once.
 	harness.WriteString("data \"kafka_cluster_mirrors\" \"harness\" {}\n\n")

@@ -9,7 +9,6 @@ package provider
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -26,9 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/kmirror/kmirror/agent/api"
 	"github.com/kmirror/kmirror/agent/coordinator"
-	"github.com/kmirror/kmirror/agent/coordinator/coordinatortest"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
@@ -44,19 +41,7 @@ var failbackFactories = map[string]func() (tfprotov6.ProviderServer, error){
 // when back is set, the agent at backURL with mirror back (D → P) and the
 // failback topics in backTopics (HCL).
 func (e *accEnv) failbackConfig(state, backURL, backTopics string) string {
-	cfg := fmt.Sprintf(`
-terraform {
-  required_providers {
-    kafka     = { source = "kmirror/kafka" }
-    kafkaback = { source = "kmirror/kafkaback" }
-  }
-}
-
-provider "kafka" {
-  agent_url = %q
-  token     = %q
-}
-
+	cfg := accRequiredProviders("kafka", "kafkaback") + accProviderBlock("kafka", e.url) + fmt.Sprintf(`
 resource "kafka_cluster_mirror" "dr" {
   name   = "dr"
   source = { bootstrap_servers = [%q] }
@@ -71,24 +56,19 @@ resource "kafka_mirror_topic" "orders" {
 resource "kafka_mirror_topic" "payments" {
   mirror = kafka_cluster_mirror.dr.name
   topic  = "payments"
-  state  = %[4]q
+  state  = %[2]q
 }
-`, e.url, accToken, e.src.Bootstrap()[0], state)
+`, e.src.Bootstrap()[0], state)
 	if backURL == "" {
 		return cfg
 	}
-	return cfg + fmt.Sprintf(`
-provider "kafkaback" {
-  agent_url = %q
-  token     = %q
-}
-
+	return cfg + accProviderBlock("kafkaback", backURL) + fmt.Sprintf(`
 resource "kafka_cluster_mirror" "back" {
   provider = kafkaback
   name     = "back"
   source   = { bootstrap_servers = [%q] }
 }
-%s`, backURL, accToken, e.dst.Bootstrap()[0], backTopics)
+%s`, e.dst.Bootstrap()[0], backTopics)
 }
 
 func failbackTopic(topic string, recreate bool) string {
@@ -156,12 +136,7 @@ func TestAccMirrorTopic_failback(t *testing.T) {
 	t.Cleanup(dstCl.Close)
 
 	// The failback agent: its destination is P, the old primary.
-	back := coordinatortest.Start(t, coordinator.Config{
-		Destination:     []kgo.Opt{kgo.SeedBrokers(e.src.Bootstrap()...)},
-		RefreshInterval: 200 * time.Millisecond,
-	}).Coordinator
-	srv := httptest.NewServer(api.Handler(back, api.Options{Tokens: []string{accToken}}))
-	t.Cleanup(srv.Close)
+	_, srv := startAccAgent(t, coordinator.Config{Destination: []kgo.Opt{kgo.SeedBrokers(e.src.Bootstrap()...)}}, nil)
 	backCl := mirrorapi.NewClient(srv.URL, accToken)
 
 	const (

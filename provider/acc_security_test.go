@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -24,7 +23,6 @@ import (
 
 	"github.com/kmirror/kmirror/agent/api"
 	"github.com/kmirror/kmirror/agent/coordinator"
-	"github.com/kmirror/kmirror/agent/coordinator/coordinatortest"
 	"github.com/kmirror/kmirror/agent/secrets"
 	"github.com/kmirror/kmirror/internal/certs"
 	"github.com/kmirror/kmirror/internal/devcluster"
@@ -46,10 +44,7 @@ type secureEnv struct {
 
 func newSecureEnv(t *testing.T) *secureEnv {
 	t.Helper()
-	if os.Getenv(resource.EnvTfAcc) == "" {
-		t.Skipf("acceptance test: set %s=1 (make testacc)", resource.EnvTfAcc)
-	}
-	setAccProviderAddress(t)
+	requireAcc(t)
 	e := &secureEnv{reader: "reader-pw-Fk3n8Qd1"}
 	e.src = devcluster.StartT(t, devcluster.Name("src"), devcluster.TLS(),
 		devcluster.SASLUser("reader", e.reader), devcluster.SASLUser("app", "app-pass"),
@@ -59,9 +54,6 @@ func newSecureEnv(t *testing.T) *secureEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	co := coordinatortest.Start(t, coordinator.Config{
-		Destination: []kgo.Opt{kgo.SeedBrokers(dst.Bootstrap()...)}, SecretBox: box, RefreshInterval: 200 * time.Millisecond,
-	}).Coordinator
 	ca, err := certs.NewCA("agent")
 	if err != nil {
 		t.Fatal(err)
@@ -74,10 +66,8 @@ func newSecureEnv(t *testing.T) *secureEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(api.Handler(co, api.Options{Tokens: []string{accToken}}))
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
+	co, srv := startAccAgent(t, coordinator.Config{Destination: []kgo.Opt{kgo.SeedBrokers(dst.Bootstrap()...)}, SecretBox: box},
+		&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	e.url, e.caPEM, e.co, e.ca, e.cert = srv.URL, string(ca.CertPEM()), co, ca, cert
 	e.cl = mirrorapi.NewClient(srv.URL, accToken)
 	if err := e.cl.SetTLS(mirrorapi.ClientTLS{CAPEM: ca.CertPEM()}); err != nil {
@@ -89,19 +79,7 @@ func newSecureEnv(t *testing.T) *secureEnv {
 // config is a mirror of orders from the SASL_SSL source, its password
 // write-only at version.
 func (e *secureEnv) config(password string, version int) string {
-	return fmt.Sprintf(`
-terraform {
-  required_providers {
-    kafka = { source = "kmirror/kafka" }
-  }
-}
-
-provider "kafka" {
-  agent_url   = %q
-  token       = %q
-  ca_cert_pem = %q
-}
-
+	return accProvider(e.url, fmt.Sprintf("ca_cert_pem = %q", e.caPEM)) + fmt.Sprintf(`
 resource "kafka_cluster_mirror" "dr" {
   name = "dr"
   source = {
@@ -120,7 +98,7 @@ resource "kafka_mirror_topic" "orders" {
   mirror = kafka_cluster_mirror.dr.name
   topic  = "orders"
 }
-`, e.url, accToken, e.caPEM, e.src.Bootstrap()[0], password, version, e.src.CACertPEM())
+`, e.src.Bootstrap()[0], password, version, e.src.CACertPEM())
 }
 
 // noSecretsInState fails when the state, as `terraform show -json` gives
@@ -275,19 +253,7 @@ func TestAccClusterMirror_saslSource(t *testing.T) {
 func TestAccProvider_tlsAgent(t *testing.T) {
 	e := newSecureEnv(t)
 	cfg := func(settings string) string {
-		return fmt.Sprintf(`
-terraform {
-  required_providers {
-    kafka = { source = "kmirror/kafka" }
-  }
-}
-provider "kafka" {
-  agent_url = %q
-  token     = %q
-  %s
-}
-data "kafka_cluster_mirrors" "all" {}
-`, e.url, accToken, settings)
+		return accProvider(e.url, settings) + `data "kafka_cluster_mirrors" "all" {}` + "\n"
 	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: accFactories,
@@ -324,20 +290,7 @@ func TestAccProvider_clientCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := func(settings string) string {
-		return fmt.Sprintf(`
-terraform {
-  required_providers {
-    kafka = { source = "kmirror/kafka" }
-  }
-}
-provider "kafka" {
-  agent_url   = %q
-  token       = %q
-  ca_cert_pem = %q
-  %s
-}
-data "kafka_cluster_mirrors" "all" {}
-`, srv.URL, accToken, e.caPEM, settings)
+		return accProvider(srv.URL, fmt.Sprintf("ca_cert_pem = %q", e.caPEM), settings) + `data "kafka_cluster_mirrors" "all" {}` + "\n"
 	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: accFactories,

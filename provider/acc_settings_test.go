@@ -29,38 +29,7 @@ import (
 // settingsConfig is mirror dr with settings (HCL) and topic orders, read
 // by the mirror data sources.
 func (e *accEnv) settingsConfig(settings string) string {
-	return fmt.Sprintf(`
-terraform {
-  required_providers {
-    kafka = { source = "kmirror/kafka" }
-  }
-}
-
-provider "kafka" {
-  agent_url = %q
-  token     = %q
-}
-
-resource "kafka_cluster_mirror" "dr" {
-  name   = "dr"
-  source = { bootstrap_servers = [%q] }
-%s
-}
-
-resource "kafka_mirror_topic" "orders" {
-  mirror = kafka_cluster_mirror.dr.name
-  topic  = "orders"
-}
-
-data "kafka_cluster_mirror" "dr" {
-  name       = kafka_cluster_mirror.dr.name
-  depends_on = [kafka_mirror_topic.orders]
-}
-
-data "kafka_cluster_mirrors" "all" {
-  depends_on = [kafka_mirror_topic.orders]
-}
-`, e.url, accToken, e.src.Bootstrap()[0], settings)
+	return e.mirrorConfig(e.src.Bootstrap()[0], settings) + accMirrorDataSources
 }
 
 const accSettings = `

@@ -7,6 +7,7 @@ package provider
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -60,21 +61,14 @@ type accEnv struct {
 // coordinator and the API.
 func newAccEnv(t *testing.T) *accEnv {
 	t.Helper()
-	if os.Getenv(resource.EnvTfAcc) == "" {
-		t.Skipf("acceptance test: set %s=1 (make testacc)", resource.EnvTfAcc)
-	}
-	setAccProviderAddress(t)
+	requireAcc(t)
 	e := &accEnv{
 		src: devcluster.StartT(t, devcluster.Name("src"), devcluster.Brokers(2),
 			devcluster.KfakeOptions(kfake.SeedTopics(2, "orders"))),
 		dst: devcluster.StartT(t, devcluster.Name("dst")),
 	}
-	e.co = coordinatortest.Start(t, coordinator.Config{
-		Destination:     []kgo.Opt{kgo.SeedBrokers(e.dst.Bootstrap()...)},
-		RefreshInterval: 200 * time.Millisecond,
-	}).Coordinator
-	srv := httptest.NewServer(api.Handler(e.co, api.Options{Tokens: []string{accToken}}))
-	t.Cleanup(srv.Close)
+	var srv *httptest.Server
+	e.co, srv = startAccAgent(t, coordinator.Config{Destination: []kgo.Opt{kgo.SeedBrokers(e.dst.Bootstrap()...)}}, nil)
 	e.url = srv.URL
 	e.cl = mirrorapi.NewClient(srv.URL, accToken)
 	var err error
@@ -89,6 +83,64 @@ func newAccEnv(t *testing.T) *accEnv {
 	t.Cleanup(dcl.Close)
 	e.dstAdm = kadm.NewClient(dcl)
 	return e
+}
+
+// requireAcc skips the test unless TF_ACC is set, and serves the provider
+// under its real address (setAccProviderAddress).
+func requireAcc(t *testing.T) {
+	t.Helper()
+	if os.Getenv(resource.EnvTfAcc) == "" {
+		t.Skipf("acceptance test: set %s=1 (make testacc)", resource.EnvTfAcc)
+	}
+	setAccProviderAddress(t)
+}
+
+// startAccAgent starts a coordinator with cfg (refreshing metadata every
+// 200ms) and serves its API, with accToken, over TLS when serverTLS is set;
+// both stop with the test.
+func startAccAgent(t *testing.T, cfg coordinator.Config, serverTLS *tls.Config) (*coordinator.Coordinator, *httptest.Server) {
+	t.Helper()
+	cfg.RefreshInterval = 200 * time.Millisecond
+	co := coordinatortest.Start(t, cfg).Coordinator
+	srv := httptest.NewUnstartedServer(api.Handler(co, api.Options{Tokens: []string{accToken}}))
+	if serverTLS != nil {
+		srv.TLS = serverTLS
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
+	t.Cleanup(srv.Close)
+	return co, srv
+}
+
+// accProvider is the HCL that requires the provider kafka and configures it
+// for the agent at url with accToken; settings are more of its arguments.
+func accProvider(url string, settings ...string) string {
+	return accRequiredProviders("kafka") + accProviderBlock("kafka", url, settings...)
+}
+
+// accRequiredProviders is the terraform block requiring each named
+// provider at kmirror/NAME (the test's factories serve them all).
+func accRequiredProviders(names ...string) string {
+	var b strings.Builder
+	b.WriteString("\nterraform {\n  required_providers {\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "    %s = { source = %q }\n", n, "kmirror/"+n)
+	}
+	b.WriteString("  }\n}\n")
+	return b.String()
+}
+
+// accProviderBlock configures provider name for the agent at url with
+// accToken; settings are more of its arguments.
+func accProviderBlock(name, url string, settings ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nprovider %q {\n  agent_url = %q\n  token     = %q\n", name, url, accToken)
+	for _, s := range settings {
+		b.WriteString("  " + s + "\n")
+	}
+	b.WriteString("}\n")
+	return b.String()
 }
 
 // setAccProviderAddress makes the harness serve the provider under its
@@ -188,18 +240,13 @@ func (e *accEnv) accConfig(bootstrap string, exclude ...string) string {
 		}
 		ex = "topic_config_exclude = [" + strings.Join(quoted, ", ") + "]"
 	}
-	return fmt.Sprintf(`
-terraform {
-  required_providers {
-    kafka = { source = "kmirror/kafka" }
-  }
+	return e.mirrorConfig(bootstrap, ex)
 }
 
-provider "kafka" {
-  agent_url = %q
-  token     = %q
-}
-
+// mirrorConfig is mirror dr of the source at bootstrap, with more of its
+// arguments in body (HCL), and its topic orders.
+func (e *accEnv) mirrorConfig(bootstrap, body string) string {
+	return accProvider(e.url) + fmt.Sprintf(`
 resource "kafka_cluster_mirror" "dr" {
   name   = "dr"
   source = { bootstrap_servers = [%q] }
@@ -210,7 +257,7 @@ resource "kafka_mirror_topic" "orders" {
   mirror = kafka_cluster_mirror.dr.name
   topic  = "orders"
 }
-`, e.url, accToken, bootstrap, ex)
+`, bootstrap, body)
 }
 
 // accDataSources reads accConfig's mirror and topic with the three data
@@ -220,7 +267,11 @@ data "kafka_mirror_topic" "orders" {
   mirror = kafka_mirror_topic.orders.mirror
   topic  = kafka_mirror_topic.orders.topic
 }
+` + accMirrorDataSources
 
+// accMirrorDataSources reads accConfig's mirror with the two mirror data
+// sources.
+const accMirrorDataSources = `
 data "kafka_cluster_mirror" "dr" {
   name       = kafka_cluster_mirror.dr.name
   depends_on = [kafka_mirror_topic.orders]
@@ -460,12 +511,7 @@ func TestAccClusterMirror_drift(t *testing.T) {
 func TestAccProvider_agentErrors(t *testing.T) {
 	e := newAccEnv(t)
 	cfg := func(url, token string) string {
-		return fmt.Sprintf(`
-terraform {
-  required_providers {
-    kafka = { source = "kmirror/kafka" }
-  }
-}
+		return accRequiredProviders("kafka") + fmt.Sprintf(`
 provider "kafka" {
   agent_url = %q
   token     = %q

@@ -176,6 +176,24 @@ func diagText(ds []*tfprotov6.Diagnostic) string {
 	return b.String()
 }
 
+// checkValidation validates a resource config through the protocol, as
+// terraform validate does, and checks the diagnostics: none when want is
+// "", else one containing want.
+func checkValidation(ctx context.Context, t *testing.T, s tfprotov6.ProviderServer, req *tfprotov6.ValidateResourceConfigRequest, want string) {
+	t.Helper()
+	resp, err := s.ValidateResourceConfig(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := diagText(resp.Diagnostics)
+	switch {
+	case want == "" && got != "":
+		t.Errorf("valid config refused: %s", got)
+	case want != "" && !strings.Contains(got, want):
+		t.Errorf("got diagnostics %q, want one containing %q", got, want)
+	}
+}
+
 func TestResourceValidation(t *testing.T) {
 	s := server(t)
 	ctx := context.Background()
@@ -226,20 +244,10 @@ func TestResourceValidation(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			resp, err := s.ValidateResourceConfig(ctx, &tfprotov6.ValidateResourceConfigRequest{
+			checkValidation(ctx, t, s, &tfprotov6.ValidateResourceConfigRequest{
 				TypeName: c.typ, Config: config(t, schemas.ResourceSchemas[c.typ], c.vals),
 				ClientCapabilities: &tfprotov6.ValidateResourceConfigClientCapabilities{WriteOnlyAttributesAllowed: true},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := diagText(resp.Diagnostics)
-			switch {
-			case c.want == "" && got != "":
-				t.Errorf("valid config refused: %s", got)
-			case c.want != "" && !strings.Contains(got, c.want):
-				t.Errorf("got diagnostics %q, want one containing %q", got, c.want)
-			}
+			}, c.want)
 		})
 	}
 	// A Terraform without write-only attributes (before 1.11) is told so.

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
 
@@ -118,17 +119,37 @@ func setFromAgent(ctx context.Context, model *mirrorThrottleModel, mirror string
 	return diags
 }
 
+// planned reads the planned throttle of Create and Update; ok is false when
+// the diagnostics say to stop.
+func (r *mirrorThrottleResource) planned(ctx context.Context, p tfsdk.Plan, diags *diag.Diagnostics) (plan mirrorThrottleModel, t mirrorapi.Throttle, ok bool) {
+	diags.Append(p.Get(ctx, &plan)...)
+	if diags.HasError() || !needClient(r.client, diags) {
+		return plan, t, false
+	}
+	t, d := throttleOf(ctx, plan)
+	diags.Append(d...)
+	return plan, t, !diags.HasError()
+}
+
+// set sets the throttle of Create and Update on the agent, and the state
+// from what the agent answers; doing names the step in an agent's error.
+func (r *mirrorThrottleResource) set(ctx context.Context, plan mirrorThrottleModel, t mirrorapi.Throttle, doing string, state *tfsdk.State, diags *diag.Diagnostics) {
+	mirror := plan.Mirror.ValueString()
+	got, err := r.client.SetThrottle(ctx, mirror, t)
+	if err != nil {
+		addAgentError(diags, r.client, fmt.Sprintf("%s the throttle of mirror %q", doing, mirror), err)
+		return
+	}
+	diags.Append(setFromAgent(ctx, &plan, mirror, got)...)
+	diags.Append(state.Set(ctx, &plan)...)
+}
+
 func (r *mirrorThrottleResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	var plan mirrorThrottleModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() || !needClient(r.client, &resp.Diagnostics) {
+	plan, t, ok := r.planned(ctx, req.Plan, &resp.Diagnostics)
+	if !ok {
 		return
 	}
 	mirror := plan.Mirror.ValueString()
-	t, d := throttleOf(ctx, plan)
-	if resp.Diagnostics.Append(d...); resp.Diagnostics.HasError() {
-		return
-	}
 	// A throttle set outside Terraform is imported, not overwritten.
 	switch _, err := r.client.Throttle(ctx, mirror); {
 	case err == nil:
@@ -144,13 +165,7 @@ func (r *mirrorThrottleResource) Create(ctx context.Context, req resource.Create
 		addAgentError(&resp.Diagnostics, r.client, fmt.Sprintf("Reading the throttle of mirror %q", mirror), err)
 		return
 	}
-	got, err := r.client.SetThrottle(ctx, mirror, t)
-	if err != nil {
-		addAgentError(&resp.Diagnostics, r.client, fmt.Sprintf("Setting the throttle of mirror %q", mirror), err)
-		return
-	}
-	resp.Diagnostics.Append(setFromAgent(ctx, &plan, mirror, got)...)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+	r.set(ctx, plan, t, "Setting", &resp.State, &resp.Diagnostics)
 }
 
 func (r *mirrorThrottleResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -176,23 +191,9 @@ func (r *mirrorThrottleResource) Read(ctx context.Context, req resource.ReadRequ
 }
 
 func (r *mirrorThrottleResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	var plan mirrorThrottleModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() || !needClient(r.client, &resp.Diagnostics) {
-		return
+	if plan, t, ok := r.planned(ctx, req.Plan, &resp.Diagnostics); ok {
+		r.set(ctx, plan, t, "Changing", &resp.State, &resp.Diagnostics)
 	}
-	mirror := plan.Mirror.ValueString()
-	t, d := throttleOf(ctx, plan)
-	if resp.Diagnostics.Append(d...); resp.Diagnostics.HasError() {
-		return
-	}
-	got, err := r.client.SetThrottle(ctx, mirror, t)
-	if err != nil {
-		addAgentError(&resp.Diagnostics, r.client, fmt.Sprintf("Changing the throttle of mirror %q", mirror), err)
-		return
-	}
-	resp.Diagnostics.Append(setFromAgent(ctx, &plan, mirror, got)...)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 
 func (r *mirrorThrottleResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {

@@ -74,19 +74,9 @@ func TestMirrorSettingsValidation(t *testing.T) {
 			`config key "mirror.metadata.refresh.interval.ms" and attribute metadata_refresh_interval`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			resp, err := s.ValidateResourceConfig(ctx, &tfprotov6.ValidateResourceConfigRequest{
+			checkValidation(ctx, t, s, &tfprotov6.ValidateResourceConfigRequest{
 				TypeName: "kafka_cluster_mirror", Config: config(t, schemas.ResourceSchemas["kafka_cluster_mirror"], base(c.vals)),
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := diagText(resp.Diagnostics)
-			switch {
-			case c.want == "" && got != "":
-				t.Errorf("valid config refused: %s", got)
-			case c.want != "" && !strings.Contains(got, c.want):
-				t.Errorf("got diagnostics %q, want one containing %q", got, c.want)
-			}
+			}, c.want)
 		})
 	}
 }

@@ -53,19 +53,9 @@ func TestThrottleValidation(t *testing.T) {
 		{"empty list", map[string]tftypes.Value{"mirror": str("dr"), "rate_bytes_per_second": i64(1), "partitions": strs()}, "at least 1"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			resp, err := s.ValidateResourceConfig(ctx, &tfprotov6.ValidateResourceConfigRequest{
+			checkValidation(ctx, t, s, &tfprotov6.ValidateResourceConfigRequest{
 				TypeName: "kafka_mirror_throttle", Config: config(t, sch, c.vals),
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := diagText(resp.Diagnostics)
-			switch {
-			case c.want == "" && got != "":
-				t.Errorf("valid config refused: %s", got)
-			case c.want != "" && !strings.Contains(got, c.want):
-				t.Errorf("got diagnostics %q, want one containing %q", got, c.want)
-			}
+			}, c.want)
 		})
 	}
 }

@@ -183,16 +183,7 @@ func TestFailbackClean(t *testing.T) {
 	}
 	final := waitStates(t, b, lifecycleTopic, parts, partition.Stopped, failWait)
 	waitReadOnly(t, b, lifecycleTopic, false)
-	appP := appClient(t, p.src)
-	for part, st := range final {
-		r, err := appWrite(t, appP, lifecycleTopic, part, "P is primary again")
-		if err != nil {
-			t.Fatalf("app writing P after the failback, partition %d: %v", part, err)
-		}
-		if r.Offset != st.LastMirrored+1 {
-			t.Errorf("partition %d: app's write landed at %d, want %d", part, r.Offset, st.LastMirrored+1)
-		}
-	}
+	assertWritesAfterMirrored(t, appClient(t, p.src), lifecycleTopic, final, "P is primary again")
 }
 
 // sideRecord is what the side topic must hold of one divergent record.

@@ -324,31 +324,53 @@ func failDestinationRecreated(t *testing.T) {
 	p.assertIdentical(t, other, identityOpts{wantRecords: 20})
 }
 
+// mirrorTwoTopics mirrors topic (2 partitions of 10 records) and other (1
+// partition of 10 records) with an agent refreshing metadata every 300ms,
+// and returns once both are mirrored; src is the source producer and opts
+// the agent's.
+func mirrorTwoTopics(t *testing.T, topic, other string) (p *pair, src *kgo.Client, a *agent, opts agentOpts) {
+	t.Helper()
+	p = newPair(t, pairOpts{topic: topic, partitions: 2})
+	createTopic(t, p.srcAdm, other, 1, nil)
+	src = p.producer(t)
+	for part := range int32(2) {
+		produceN(t, src, topic, part, 10, "before", true)
+	}
+	produceN(t, src, other, 0, 10, "before", true)
+	opts = agentOpts{apply: new(p.spec(topic, other)), refreshInterval: 300 * time.Millisecond}
+	a = p.startAgent(t, opts)
+	p.waitMirrored(t, a, topic, failWait)
+	p.waitMirrored(t, a, other, failWait)
+	return p, src, a, opts
+}
+
+// recreateSourceTopic deletes topic (2 partitions) on the source, creates
+// it again and writes 3 records to it with a new producer (the old one
+// holds the old topic id), which it returns, and waits until each
+// partition is FAILED saying its source topic was recreated.
+func recreateSourceTopic(t *testing.T, p *pair, a *agent, topic string) (*kgo.Client, map[int32]partition.Status) {
+	t.Helper()
+	deleteTopic(t, p.srcAdm, topic)
+	createTopic(t, p.srcAdm, topic, 2, nil)
+	src := p.producer(t)
+	produceN(t, src, topic, 0, 3, "new", true)
+	failed := map[int32]partition.Status{}
+	for part := range int32(2) {
+		failed[part] = waitFailed(t, a, topic, part, fmt.Sprintf(`^source topic %q was recreated \(topic id `, topic))
+	}
+	return src, failed
+}
+
 // failSourceRecreated: the source topic is deleted and created again under
 // the same name: its offsets no longer match the destination's, so every
 // partition of the topic goes FAILED, persisted, and stays so after a
 // restart. Another topic goes on before and after the restart.
 func failSourceRecreated(t *testing.T) {
 	const topic, other = "gone", "kept"
-	p := newPair(t, pairOpts{topic: topic, partitions: 2})
-	createTopic(t, p.srcAdm, other, 1, nil)
-	src := p.producer(t)
-	for part := range int32(2) {
-		produceN(t, src, topic, part, 10, "before", true)
-	}
-	produceN(t, src, other, 0, 10, "before", true)
-	opts := agentOpts{apply: new(p.spec(topic, other)), refreshInterval: 300 * time.Millisecond}
-	a := p.startAgent(t, opts)
-	p.waitMirrored(t, a, topic, 30*time.Second)
-	p.waitMirrored(t, a, other, 30*time.Second)
-
-	deleteTopic(t, p.srcAdm, topic)
-	createTopic(t, p.srcAdm, topic, 2, nil)
-	// A new client: src still has the old topic id.
-	produceN(t, p.producer(t), topic, 0, 3, "new", true)
+	p, src, a, opts := mirrorTwoTopics(t, topic, other)
+	_, failed := recreateSourceTopic(t, p, a, topic)
 	reasons := map[int32]string{}
-	for part := range int32(2) {
-		st := waitFailed(t, a, topic, part, fmt.Sprintf(`^source topic %q was recreated \(topic id `, topic))
+	for part, st := range failed {
 		reasons[part] = st.Reason
 		t.Logf("p%d FAILED: %s", part, st.Reason)
 	}

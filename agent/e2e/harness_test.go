@@ -512,7 +512,7 @@ func runProducer(t *testing.T, prod *workload.Producer) func() workload.Stats {
 			res = <-ch
 		})
 		if res.err != nil {
-			t.Fatalf("producer: %v", res.err)
+			t.Fatalf("producer of %s: %v", prod.Spec().Topic, res.err)
 		}
 		return res.st
 	}
@@ -523,4 +523,36 @@ func runProducer(t *testing.T, prod *workload.Producer) func() workload.Stats {
 		})
 	})
 	return stop
+}
+
+// runProducers runs a continuous producer of each spec on src, at
+// perSecond records a second, and returns once each has had acked records
+// acknowledged; stop stops them all and returns what they produced, in the
+// order of specs.
+func runProducers(ctx context.Context, t *testing.T, src *devcluster.Cluster, specs []workload.Spec, perSecond int, acked int64) (stop func() []workload.Stats) {
+	t.Helper()
+	var stops []func() workload.Stats
+	for _, spec := range specs {
+		prod := workload.NewProducer([]kgo.Opt{kgo.SeedBrokers(src.Bootstrap()...)}, spec, perSecond)
+		stops = append(stops, runProducer(t, prod))
+		if err := prod.WaitAcked(ctx, acked); err != nil {
+			t.Fatalf("producer of %s: %v", spec.Topic, err)
+		}
+	}
+	return func() []workload.Stats {
+		var stats []workload.Stats
+		for _, stop := range stops {
+			stats = append(stats, stop())
+		}
+		return stats
+	}
+}
+
+// specTopics lists the topics of specs.
+func specTopics(specs []workload.Spec) []string {
+	var topics []string
+	for _, s := range specs {
+		topics = append(topics, s.Topic)
+	}
+	return topics
 }

@@ -69,35 +69,14 @@ func TestKillRestart(t *testing.T) {
 		Headers: true, ExplicitTimestamps: true,
 		TransactionalID: "payments", AbortEvery: 3,
 	}}
-	var topics []string
-	for _, s := range specs {
-		topics = append(topics, s.Topic)
-	}
+	topics := specTopics(specs)
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	src := devcluster.StartT(t, devcluster.Name("src"), devcluster.Brokers(3), devcluster.KfakeOptions(kfake.SeedTopics(3, topics...)))
 	dst := devcluster.StartT(t, devcluster.Name("dst"), devcluster.Brokers(3))
 	lat := injectLatency(t, dst.Kfake(), topics, seed)
 
-	type produced struct {
-		st  workload.Stats
-		err error
-	}
-	pctx, stopProducing := context.WithCancel(ctx)
-	defer stopProducing()
-	var pdone []chan produced
-	for _, spec := range specs {
-		prod := workload.NewProducer([]kgo.Opt{kgo.SeedBrokers(src.Bootstrap()...)}, spec, 1000)
-		done := make(chan produced, 1)
-		pdone = append(pdone, done)
-		go func() {
-			st, err := prod.Run(pctx)
-			done <- produced{st, err}
-		}()
-		if err := prod.WaitAcked(ctx, 200); err != nil {
-			t.Fatalf("producer of %s: %v", spec.Topic, err)
-		}
-	}
+	stopProducing := runProducers(ctx, t, src, specs, 1000, 200)
 
 	setup := writeAgentConfig(t, dst, agentMirror{Name: "dr", Source: src, Topics: topics})
 	a := startAgentProcess(t, setup, "agent-00")
@@ -145,27 +124,16 @@ func TestKillRestart(t *testing.T) {
 		lat.Arm()
 		a = startAgentProcess(t, setup, fmt.Sprintf("agent-%02d", i))
 	}
-	stopProducing()
-	var stats []workload.Stats
-	for i, done := range pdone {
-		res := <-done
-		if res.err != nil {
-			t.Fatalf("producer of %s: %v", specs[i].Topic, res.err)
-		}
-		stats = append(stats, res.st)
-	}
+	stats := stopProducing()
 	t.Logf("%d kills: %d with a write in flight, %d more while copying, %d before copying started", kills, inFlight, copying, starting)
 	for _, st := range stats {
 		t.Logf("%s: %d records produced (%d aborted), per partition %v, batches by codec %v",
 			st.Spec.Topic, st.Records, st.Aborted, st.PerPartition, st.Batches)
 	}
 
-	srcCl := newClient(t, src)
-	dstCl := newClient(t, dst)
-	ends := map[string]map[int32]int64{}
+	ends := assertSettled(ctx, t, src, dst, topics, lat, a)
 	for _, st := range stats {
 		topic := st.Spec.Topic
-		ends[topic] = waitCaughtUp(ctx, t, srcCl, dstCl, topic, a, 60*time.Second)
 		// Markers take offsets too: a transactional topic ends past its
 		// records.
 		plain := st.Spec.TransactionalID == ""
@@ -175,21 +143,36 @@ func TestKillRestart(t *testing.T) {
 			}
 		}
 	}
-	// Every request of a killed agent must have been applied (or refused)
-	// before the comparison, or it could land after it.
+	a.Stop()
+}
+
+// assertSettled waits until a has mirrored each topic up to the source's
+// ends, lets every late produce request lat holds land, and checks that no
+// log end moved then, that each topic is offset-identical to the source at
+// both isolation levels, and that no transaction of an agent is left open
+// on the destination (the source is fully decided by then). It returns the
+// topics' ends.
+func assertSettled(ctx context.Context, t *testing.T, src, dst *devcluster.Cluster, topics []string, lat *latency, a *agentProcess) map[string]map[int32]int64 {
+	t.Helper()
+	srcCl := newClient(t, src)
+	dstCl := newClient(t, dst)
+	ends := map[string]map[int32]int64{}
+	for _, topic := range topics {
+		ends[topic] = waitCaughtUp(ctx, t, srcCl, dstCl, topic, a, 60*time.Second)
+	}
+	// Every request of a killed or frozen agent must have been applied
+	// (or refused) before the comparison, or it could land after it.
 	lat.ReleaseAll(ctx, t)
 	held, late := lat.Stats()
-	t.Logf("late produce requests of killed agents: %d held past the kill, released %v", held, late)
+	t.Logf("late produce requests of killed or frozen agents: %d held past the kill or takeover, released %v", held, late)
 	for _, topic := range topics {
 		if again := waitCaughtUp(ctx, t, srcCl, dstCl, topic, a, 30*time.Second); fmt.Sprint(again) != fmt.Sprint(ends[topic]) {
 			t.Errorf("%s: log ends moved after the late requests settled: %v, then %v", topic, ends[topic], again)
 		}
 		assertIdentical(ctx, t, srcCl, dstCl, topic)
 	}
-	// The source is fully decided now: no destination transaction of the
-	// agent may be left open by any of the killed agents.
 	assertNoOpenAgentTxns(t, kadm.NewClient(dstCl))
-	a.Stop()
+	return ends
 }
 
 // newClient returns a plain client of c, closed with the test.

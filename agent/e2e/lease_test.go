@@ -12,9 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/internal/devcluster"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
@@ -63,10 +61,7 @@ func TestLeaseTakeover(t *testing.T) {
 		Headers: true, ExplicitTimestamps: true,
 		TransactionalID: "payments", AbortEvery: 3,
 	}}
-	var topics []string
-	for _, s := range specs {
-		topics = append(topics, s.Topic)
-	}
+	topics := specTopics(specs)
 	ctx, cancel := context.WithTimeout(context.Background(), 170*time.Second)
 	defer cancel()
 	src := devcluster.StartT(t, devcluster.Name("src"), devcluster.Brokers(3), devcluster.KfakeOptions(kfake.SeedTopics(3, topics...)))
@@ -78,25 +73,7 @@ func TestLeaseTakeover(t *testing.T) {
 	// deduplicated or rejected.
 	lat := injectLatency(t, dst.Kfake(), topics, seed)
 
-	type produced struct {
-		st  workload.Stats
-		err error
-	}
-	pctx, stopProducing := context.WithCancel(ctx)
-	defer stopProducing()
-	var pdone []chan produced
-	for _, spec := range specs {
-		prod := workload.NewProducer([]kgo.Opt{kgo.SeedBrokers(src.Bootstrap()...)}, spec, 500)
-		done := make(chan produced, 1)
-		pdone = append(pdone, done)
-		go func() {
-			st, err := prod.Run(pctx)
-			done <- produced{st, err}
-		}()
-		if err := prod.WaitAcked(ctx, 100); err != nil {
-			t.Fatalf("producer of %s: %v", spec.Topic, err)
-		}
-	}
+	stopProducing := runProducers(ctx, t, src, specs, 500, 100)
 
 	mirror := agentMirror{Name: "dr", Source: src, Topics: topics}
 	leaseCfg := func(id string) string {
@@ -176,15 +153,7 @@ func TestLeaseTakeover(t *testing.T) {
 		t.Logf("round %2d: agent %s %s after %4dms with %d writes in flight; agent %s active %v later", i, active, how, pause.Milliseconds(), busy, next, took.Round(time.Millisecond))
 		active = next
 	}
-	stopProducing()
-	var stats []workload.Stats
-	for i, done := range pdone {
-		res := <-done
-		if res.err != nil {
-			t.Fatalf("producer of %s: %v", specs[i].Topic, res.err)
-		}
-		stats = append(stats, res.st)
-	}
+	stats := stopProducing()
 	sorted := slices.Clone(takeovers)
 	slices.Sort(sorted)
 	t.Logf("%d takeovers (lease %v, request timeout %v): min %v, median %v, max %v", len(sorted), e2eLease, e2eLeaseTimeout,
@@ -199,24 +168,7 @@ func TestLeaseTakeover(t *testing.T) {
 		t.Logf("%s: %d records produced (%d aborted), per partition %v", st.Spec.Topic, st.Records, st.Aborted, st.PerPartition)
 	}
 
-	srcCl := newClient(t, src)
-	dstCl := newClient(t, dst)
-	ends := map[string]string{}
-	for _, topic := range topics {
-		ends[topic] = fmt.Sprint(waitCaughtUp(ctx, t, srcCl, dstCl, topic, agents[active], 60*time.Second))
-	}
-	// Every late request must have been applied or refused before the
-	// comparison, or it could land after it.
-	lat.ReleaseAll(ctx, t)
-	held, late := lat.Stats()
-	t.Logf("late produce requests of killed or frozen agents: %d held past the takeover, released %v", held, late)
-	for _, topic := range topics {
-		if again := fmt.Sprint(waitCaughtUp(ctx, t, srcCl, dstCl, topic, agents[active], 30*time.Second)); again != ends[topic] {
-			t.Errorf("%s: log ends moved after the late requests settled: %s, then %s", topic, ends[topic], again)
-		}
-		assertIdentical(ctx, t, srcCl, dstCl, topic)
-	}
-	assertNoOpenAgentTxns(t, kadm.NewClient(dstCl))
+	assertSettled(ctx, t, src, dst, topics, lat, agents[active])
 	// Both agents agree on the lease: held by the active one, at an epoch
 	// that counts the first claim and every takeover.
 	for id, a := range agents {

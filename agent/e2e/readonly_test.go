@@ -203,11 +203,18 @@ func TestReadOnlyMirrorTopic(t *testing.T) {
 		t.Errorf("stopped topic with a read-only reason: %q", ts.ReadOnlyReason)
 	}
 	p.assertMirroredUpTo(t, ps)
-	app := appClient(t, p.dst)
-	for part, st := range ps {
-		r, err := appWrite(t, app, lifecycleTopic, part, "after failover")
+	assertWritesAfterMirrored(t, appClient(t, p.dst), lifecycleTopic, ps, "after failover")
+}
+
+// assertWritesAfterMirrored has app write value to each partition of the
+// stopped topic through cl, and checks that each write lands right after
+// the partition's last mirrored offset.
+func assertWritesAfterMirrored(t *testing.T, cl *kgo.Client, topic string, stopped map[int32]partition.Status, value string) {
+	t.Helper()
+	for part, st := range stopped {
+		r, err := appWrite(t, cl, topic, part, value)
 		if err != nil {
-			t.Fatalf("app writing the stopped topic, partition %d: %v", part, err)
+			t.Fatalf("app writing %q to %s/%d: %v", value, topic, part, err)
 		}
 		if r.Offset != st.LastMirrored+1 {
 			t.Errorf("partition %d: app's write landed at %d, want %d (right after the last mirrored offset)", part, r.Offset, st.LastMirrored+1)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
@@ -20,16 +19,7 @@ import (
 // changes nothing there.
 func TestRecoverRecreate(t *testing.T) {
 	const topic, other = "srcgone", "kept"
-	p := newPair(t, pairOpts{topic: topic, partitions: 2})
-	createTopic(t, p.srcAdm, other, 1, nil)
-	src := p.producer(t)
-	for part := range int32(2) {
-		produceN(t, src, topic, part, 10, "before", true)
-	}
-	produceN(t, src, other, 0, 10, "before", true)
-	a := p.startAgent(t, agentOpts{apply: new(p.spec(topic, other)), refreshInterval: 300 * time.Millisecond})
-	p.waitMirrored(t, a, topic, failWait)
-	p.waitMirrored(t, a, other, failWait)
+	p, _, a, _ := mirrorTwoTopics(t, topic, other)
 	ctx := testCtx(t)
 	// A config the operator set on the destination topic itself (one that
 	// config sync leaves local: it is in the KIP default exclude list).
@@ -38,13 +28,7 @@ func TestRecoverRecreate(t *testing.T) {
 	}
 	oldID := topicIDOf(t, p.dstAdm, topic)
 
-	deleteTopic(t, p.srcAdm, topic)
-	createTopic(t, p.srcAdm, topic, 2, nil)
-	src = p.producer(t) // src still has the old topic id
-	produceN(t, src, topic, 0, 3, "new", true)
-	for part := range int32(2) {
-		waitFailed(t, a, topic, part, fmt.Sprintf(`^source topic %q was recreated`, topic))
-	}
+	src, _ := recreateSourceTopic(t, p, a, topic)
 	if err := a.co.RecoverTopics(ctx, mirrorName, []string{topic}); err != nil {
 		t.Fatal(err)
 	}

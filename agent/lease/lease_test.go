@@ -38,6 +38,22 @@ func openLease(t *testing.T, dst *devcluster.Cluster, id string) *Lease {
 	return l
 }
 
+// startHolder starts a destination on which agent-a holds the lease, and
+// returns a context of 30s at most that ends with the test, the
+// destination, and agent-a's lease and term.
+func startHolder(t *testing.T) (context.Context, *devcluster.Cluster, *Lease, *Term) {
+	t.Helper()
+	dst := devcluster.StartT(t, devcluster.Name("dst"))
+	a := openLease(t, dst, "agent-a")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	ta, err := a.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, dst, a, ta
+}
+
 // writers samples both contenders' Check until stop and fails the test when
 // both may write at the same moment.
 func writers(t *testing.T, stop <-chan struct{}, terms func() []*Term) *sync.WaitGroup {
@@ -139,14 +155,8 @@ func TestClaimRace(t *testing.T) {
 // after its claim, and the old holder resumed must find its lease lost and
 // stay fenced. Two agents are sampled throughout: never both may write.
 func TestFrozenHolderSelfFences(t *testing.T) {
-	dst := devcluster.StartT(t, devcluster.Name("dst"))
-	a, b := openLease(t, dst, "agent-a"), openLease(t, dst, "agent-b")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ta, err := a.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, dst, a, ta := startHolder(t)
+	b := openLease(t, dst, "agent-b")
 	var tb atomic.Pointer[Term]
 	stop := make(chan struct{})
 	wg := writers(t, stop, func() []*Term { return []*Term{ta, tb.Load()} })
@@ -213,14 +223,8 @@ func TestFrozenHolderSelfFences(t *testing.T) {
 // TestReleaseHandsOverAtOnce: a holder that releases lets the standby write
 // without the takeover wait.
 func TestReleaseHandsOverAtOnce(t *testing.T) {
-	dst := devcluster.StartT(t, devcluster.Name("dst"))
-	a, b := openLease(t, dst, "agent-a"), openLease(t, dst, "agent-b")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ta, err := a.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, dst, a, ta := startHolder(t)
+	b := openLease(t, dst, "agent-b")
 	got := make(chan *Term, 1)
 	go func() {
 		tm, err := b.Acquire(ctx)
@@ -262,14 +266,7 @@ func TestReleaseHandsOverAtOnce(t *testing.T) {
 // state topic decides, exactly one of them writes, and never together with
 // the old holder.
 func TestTakeoverRace(t *testing.T) {
-	dst := devcluster.StartT(t, devcluster.Name("dst"))
-	a := openLease(t, dst, "agent-a")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ta, err := a.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, dst, _, ta := startHolder(t)
 	standbys := []*Lease{openLease(t, dst, "agent-b"), openLease(t, dst, "agent-c")}
 	var terms [2]atomic.Pointer[Term]
 	stop := make(chan struct{})

@@ -2,6 +2,7 @@ package metasync
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -43,15 +44,22 @@ func TestFilter(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		for _, g := range c.match {
-			if !f.Match(g) {
-				t.Errorf("%s: %q not matched", c.name, g)
-			}
+		checkMatch(t, c.name, f.Match, c.match, c.skip)
+	}
+}
+
+// checkMatch fails the test for each of match that m does not match and
+// each of skip that it does; what names m.
+func checkMatch[T any](t *testing.T, what string, m func(T) bool, match, skip []T) {
+	t.Helper()
+	for _, v := range match {
+		if !m(v) {
+			t.Errorf("%s does not match %q", what, any(v))
 		}
-		for _, g := range c.skip {
-			if f.Match(g) {
-				t.Errorf("%s: %q matched", c.name, g)
-			}
+	}
+	for _, v := range skip {
+		if m(v) {
+			t.Errorf("%s matches %q", what, any(v))
 		}
 	}
 }
@@ -95,16 +103,7 @@ func TestACLRules(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", c.rule, err)
 		}
-		for _, a := range c.match {
-			if !r.Match(a) {
-				t.Errorf("rule %q does not match %s", c.rule, a)
-			}
-		}
-		for _, a := range c.skip {
-			if r.Match(a) {
-				t.Errorf("rule %q matches %s", c.rule, a)
-			}
-		}
+		checkMatch(t, fmt.Sprintf("rule %q", c.rule), r.Match, c.match, c.skip)
 	}
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -68,38 +67,9 @@ func TestAgentTokenFile(t *testing.T) {
 	if err := os.WriteFile(tokFile, []byte("tok-1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- runAgent(ctx, []string{"--destination-bootstrap", dst.BootstrapString(), "--listen", addr, "--token-file", tokFile, "--log-level", "error"})
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	}()
-	base := "http://" + addr
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	a := startInProcessAgent(t, "--destination-bootstrap", dst.BootstrapString(), "--token-file", tokFile)
+	a.waitReady(t, http.StatusOK, "", 20*time.Second)
+	base := a.base
 	if _, err := mirrorapi.NewClient(base, "").Describe(context.Background()); !mirrorapi.IsCode(err, mirrorapi.CodeUnauthorized) {
 		t.Errorf("no token: %v", err)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -22,12 +21,7 @@ type inProcessAgent struct {
 
 func startInProcessAgent(t *testing.T, args ...string) *inProcessAgent {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &inProcessAgent{base: "http://" + addr, cancel: cancel, done: make(chan error, 1)}
 	go func() { a.done <- runAgent(ctx, append([]string{"--listen", addr, "--log-level", "error"}, args...)) }()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"io"
 	"net"
 	"net/http"
@@ -39,19 +38,8 @@ func TestAgentMetrics(t *testing.T) {
 	if err := os.WriteFile(tokFile, []byte("tok-1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	apiAddr, metricsAddr := freeAddr(t), freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- runAgent(ctx, []string{"--destination-bootstrap", dst.BootstrapString(), "--listen", apiAddr,
-			"--token-file", tokFile, "--metrics-listen", metricsAddr, "--log-level", "error"})
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	}()
+	metricsAddr := freeAddr(t)
+	a := startInProcessAgent(t, "--destination-bootstrap", dst.BootstrapString(), "--token-file", tokFile, "--metrics-listen", metricsAddr)
 	get := func(url, tok string) (int, string) {
 		req, _ := http.NewRequest("GET", url, nil)
 		if tok != "" {
@@ -65,23 +53,14 @@ func TestAgentMetrics(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if status, _ := get("http://"+apiAddr+"/readyz", ""); status == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("agent not ready")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	a.waitReady(t, http.StatusOK, "", 20*time.Second)
 	for _, c := range []struct {
 		url, tok string
 		status   int
 	}{
 		{"http://" + metricsAddr + "/metrics", "", 200},
-		{"http://" + apiAddr + "/metrics", "", 401},
-		{"http://" + apiAddr + "/metrics", "tok-1", 200},
+		{a.base + "/metrics", "", 401},
+		{a.base + "/metrics", "tok-1", 200},
 		{"http://" + metricsAddr + "/v1/mirrors", "tok-1", 404},
 	} {
 		status, body := get(c.url, c.tok)
