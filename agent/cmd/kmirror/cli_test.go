@@ -39,8 +39,9 @@ func (fixtureBackend) Describe() []coordinator.MirrorStatus {
 	return []coordinator.MirrorStatus{
 		{Name: "dr", Source: mirrorapi.Source{BootstrapServers: []string{"src-1:9092", "src-2:9092"},
 			SASL: &mirrorapi.SourceSASL{Mechanism: "SCRAM-SHA-512", Username: "mirror-dr", Password: mirrorapi.Redacted}}, MaxLag: 10,
-			TopicRegex:  []string{"audit-.*", "a{1,3}"},
-			Throttle:    &mirrorapi.Throttle{RateBytesPerSecond: 1 << 20, Partitions: []string{"foo:1"}},
+			TopicRegex: []string{"audit-.*", "a{1,3}"},
+			Throttle: &mirrorapi.Throttle{RateBytesPerSecond: 1 << 20, Partitions: []string{"foo:1"},
+				SourceQuota: true, SourceQuotaEntity: "user=mirror-dr,client-id=kmirror-dr"},
 			Fetch:       mirrorapi.FetchStats{Requests: 120, Bytes: 27300, ThrottledMillis: 1500},
 			StateCounts: map[mirrorapi.State]int{mirrorapi.StateMirroring: 2, mirrorapi.StateFailed: 1},
 			Topics: []mirrorapi.Topic{

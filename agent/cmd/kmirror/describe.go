@@ -154,7 +154,11 @@ func writeTable(w io.Writer, ms []mirrorapi.Mirror) error {
 			notes = append(notes, fmt.Sprintf("mirror %s: %s", m.Name, m.Error))
 		}
 		if t := m.Throttle; t != nil {
-			notes = append(notes, fmt.Sprintf("mirror %s: throttled to %d bytes/s (%s) on %s", m.Name, t.RateBytesPerSecond, humanRate(t.RateBytesPerSecond), strings.Join(t.Partitions, " ")))
+			note := fmt.Sprintf("mirror %s: throttled to %d bytes/s (%s) on %s", m.Name, t.RateBytesPerSecond, humanRate(t.RateBytesPerSecond), strings.Join(t.Partitions, " "))
+			if t.SourceQuota && t.SourceQuotaEntity != "" {
+				note += "; source quota on " + t.SourceQuotaEntity
+			}
+			notes = append(notes, note)
 		}
 		for _, t := range m.Topics {
 			if t.Error != "" {

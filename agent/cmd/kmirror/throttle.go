@@ -127,7 +127,11 @@ func printThrottle(mirror string, t mirrorapi.Throttle, output string) error {
 	}
 	fmt.Fprintf(stdout, "Mirror %s throttled to %d bytes/s (%s) on %s\n", mirror, t.RateBytesPerSecond, humanRate(t.RateBytesPerSecond), strings.Join(t.Partitions, " "))
 	if t.SourceQuota {
-		fmt.Fprintf(stdout, "Source quota: consumer_byte_rate=%d for client id %s\n", t.RateBytesPerSecond, mirrorapi.SourceQuotaClientID(mirror))
+		entity := t.SourceQuotaEntity
+		if entity == "" { // an agent from before the entity was recorded
+			entity = "client-id=" + mirrorapi.SourceQuotaClientID(mirror)
+		}
+		fmt.Fprintf(stdout, "Source quota: consumer_byte_rate=%d for %s\n", t.RateBytesPerSecond, entity)
 	}
 	return nil
 }
