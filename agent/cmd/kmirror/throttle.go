@@ -72,7 +72,7 @@ func runThrottle(ctx context.Context, args []string) error {
 	rate := fs.String("rate", "", "set the ceiling in bytes per second: 1048576, 1MiB, 500KiB, 2MB")
 	var parts listFlag
 	fs.Var(&parts, "partition", `a throttled partition TOPIC:PARTITION (repeatable, or comma-separated), or "*" for all (the default)`)
-	sourceQuota := fs.Bool("source-quota", false, "also set consumer_byte_rate on the source for the agent's client id of the mirror (kmirror-MIRROR)")
+	sourceQuota := fs.Bool("source-quota", false, "also set consumer_byte_rate on the source for the agent's client id of the mirror (kmirror-MIRROR), under the source's SASL user when it has one")
 	remove := fs.Bool("remove", false, "lift the throttle (and its source quota)")
 	output := outputFlag(fs)
 	if err := parse(fs, args, mirror); err != nil {
