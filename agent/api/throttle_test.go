@@ -3,12 +3,21 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/kmirror/kmirror/agent/api"
+	"github.com/kmirror/kmirror/agent/coordinator"
+	"github.com/kmirror/kmirror/agent/coordinator/coordinatortest"
+	"github.com/kmirror/kmirror/internal/devcluster"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
@@ -84,7 +93,8 @@ func TestThrottleRoutes(t *testing.T) {
 	// Set, with a source quota.
 	b := call("PUT", "/v1/mirrors/dr/throttle", `{"rate_bytes_per_second":1048576,"source_quota":true}`, 200, "")
 	var got mirrorapi.Throttle
-	if err := json.Unmarshal(b, &got); err != nil || got.RateBytesPerSecond != 1<<20 || !slices.Equal(got.Partitions, []string{"*"}) || !got.SourceQuota {
+	if err := json.Unmarshal(b, &got); err != nil || got.RateBytesPerSecond != 1<<20 || !slices.Equal(got.Partitions, []string{"*"}) || !got.SourceQuota ||
+		got.SourceQuotaEntity != "client-id=kmirror-dr" {
 		t.Fatalf("PUT answered %s (%v)", b, err)
 	}
 	if q, ok := sourceQuota(t, e, "dr"); !ok || q != 1<<20 {
@@ -160,5 +170,98 @@ func TestThrottleRoutes(t *testing.T) {
 	}
 	if q, ok := sourceQuota(t, e, "dr"); ok {
 		t.Errorf("source quota still %v after the mirror was deleted", q)
+	}
+}
+
+// quotaRates returns every consumer_byte_rate the source holds, by entity
+// ("user=U,client-id=C", "client-id=C").
+func quotaRates(t *testing.T, adm *kadm.Client) map[string]float64 {
+	t.Helper()
+	qs, err := adm.DescribeClientQuotas(context.Background(), false, nil)
+	if err != nil {
+		t.Fatalf("describing source quotas: %v", err)
+	}
+	rates := map[string]float64{}
+	for _, q := range qs {
+		var names []string
+		for _, c := range q.Entity {
+			name := "<default>"
+			if c.Name != nil {
+				name = *c.Name
+			}
+			names = append(names, c.Type+"="+name)
+		}
+		slices.Sort(names) // client-id sorts before user
+		slices.Reverse(names)
+		for _, v := range q.Values {
+			if v.Key == "consumer_byte_rate" {
+				rates[strings.Join(names, ",")] = v.Value
+			}
+		}
+	}
+	return rates
+}
+
+// TestThrottleSourceQuotaSASLUser: with a SASL source, the source quota is
+// set on the user and client id together (Kafka applies a user's quotas
+// before client-id quotas), describe names that entity, an update of the
+// source's user moves the quota, and removal leaves no quota behind.
+func TestThrottleSourceQuotaSASLUser(t *testing.T) {
+	ctx := context.Background()
+	src := devcluster.StartT(t, devcluster.Name("src"), devcluster.SASLUser("admin", "admin-pass"),
+		devcluster.SASLUser("mirror-a", "pass-a"), devcluster.SASLUser("mirror-b", "pass-b"),
+		devcluster.KfakeOptions(kfake.SeedTopics(1, "orders")))
+	dst := devcluster.StartT(t, devcluster.Name("dst"))
+	co := coordinatortest.Start(t, coordinator.Config{Destination: []kgo.Opt{kgo.SeedBrokers(dst.Bootstrap()...)}, RefreshInterval: 200 * time.Millisecond}).Coordinator
+	srv := httptest.NewServer(api.Handler(co, api.Options{}))
+	t.Cleanup(srv.Close)
+	cl := mirrorapi.NewClient(srv.URL, "")
+	scl, err := kgo.NewClient(kgo.SeedBrokers(src.Bootstrap()...), kgo.SASL(scram.Auth{User: "admin", Pass: "admin-pass"}.AsSha512Mechanism()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(scl.Close)
+	adm := kadm.NewClient(scl)
+
+	t.Setenv("KMIRROR_TEST_PASS_A", "pass-a")
+	t.Setenv("KMIRROR_TEST_PASS_B", "pass-b")
+	source := func(user, passEnv string) mirrorapi.Source {
+		return mirrorapi.Source{BootstrapServers: src.Bootstrap(),
+			SASL: &mirrorapi.SourceSASL{Mechanism: "SCRAM-SHA-512", Username: user, Password: "${env:" + passEnv + "}"}}
+	}
+	if _, err := cl.Create(ctx, mirrorapi.MirrorSpec{Name: "dr", Source: source("mirror-a", "KMIRROR_TEST_PASS_A"), Topics: []string{"orders"}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cl.SetThrottle(ctx, "dr", mirrorapi.Throttle{RateBytesPerSecond: 4096, SourceQuota: true, SourceQuotaEntity: "client-id=ignored"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const entityA, entityB = "user=mirror-a,client-id=kmirror-dr", "user=mirror-b,client-id=kmirror-dr"
+	if got.SourceQuotaEntity != entityA {
+		t.Errorf("PUT answered source_quota_entity %q, want %q", got.SourceQuotaEntity, entityA)
+	}
+	if rates := quotaRates(t, adm); len(rates) != 1 || rates[entityA] != 4096 {
+		t.Errorf("source quotas %v, want only %s = 4096", rates, entityA)
+	}
+	if m, err := cl.Mirror(ctx, "dr"); err != nil || m.Throttle == nil || m.Throttle.SourceQuotaEntity != entityA {
+		t.Errorf("describe shows throttle %+v (%v), want source_quota_entity %q", m.Throttle, err, entityA)
+	}
+
+	// The source authenticates as another user now: the quota follows.
+	if _, err := cl.Update(ctx, "dr", mirrorapi.MirrorSpec{Source: source("mirror-b", "KMIRROR_TEST_PASS_B"), Topics: []string{"orders"}}); err != nil {
+		t.Fatal(err)
+	}
+	if rates := quotaRates(t, adm); len(rates) != 1 || rates[entityB] != 4096 {
+		t.Errorf("source quotas after the user changed: %v, want only %s = 4096", rates, entityB)
+	}
+	if got, err := cl.Throttle(ctx, "dr"); err != nil || got.SourceQuotaEntity != entityB {
+		t.Errorf("throttle after the user changed: %+v (%v), want source_quota_entity %q", got, err, entityB)
+	}
+
+	if err := cl.RemoveThrottle(ctx, "dr"); err != nil {
+		t.Fatal(err)
+	}
+	if rates := quotaRates(t, adm); len(rates) != 0 {
+		t.Errorf("source quotas after the throttle was removed: %v, want none", rates)
 	}
 }

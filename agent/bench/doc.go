@@ -14,7 +14,8 @@
 //   - BenchmarkBacklogRSS: `kmirror agent` as a process of its own catching
 //     up a 1 GiB backlog, its RSS sampled from /proc.
 //   - BenchmarkPad: how fast a new mirror topic whose source log starts at
-//     50,000,000 is aligned (padded, then cut with DeleteRecords).
+//     500,000,000 is aligned (padded, then cut with DeleteRecords), and the
+//     bytes a pad offset takes on the destination before the cut.
 //   - BenchmarkIdlePartition: the throughput comparison with one source
 //     partition idle, the case that starved the busy ones before the
 //     fetcher capped its long poll.

@@ -16,11 +16,11 @@ import (
 )
 
 // padOffsets is where the source log of the padding benchmark starts, in
-// every partition; KMIRROR_BENCH_PAD overrides it. It takes a few seconds:
-// padding records are about 8.6 bytes each (uncompressed batches of 20000
-// empty records) and the destination holds them in memory until the final
-// DeleteRecords, so a 10-20 s run would need 10-20 GB of RAM.
-const padOffsets = 50_000_000
+// every partition; KMIRROR_BENCH_PAD overrides it. Padding records take
+// about 0.54 bytes each on the destination (zstd batches of 65536 empty
+// records; 8.6 bytes uncompressed before) and the destination holds them in
+// memory until the final DeleteRecords: 6 × 500M offsets take about 1.6 GB.
+const padOffsets = 500_000_000
 
 // BenchmarkPad measures how fast the agent aligns a new mirror topic whose
 // source log starts far above 0: each source partition gets N tiny records,
@@ -64,6 +64,7 @@ func BenchmarkPad(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer stop()
+	padded := map[int32]padSample{}
 	err = waitFor(ctx, 20*time.Millisecond, func() (bool, error) {
 		so, err := e.dstAdm.ListStartOffsets(ctx, topic)
 		if err != nil {
@@ -75,6 +76,7 @@ func BenchmarkPad(b *testing.B) {
 				done++
 			}
 		})
+		samplePadBytes(ctx, e, topic, so, padded)
 		return done == partitions, nil
 	})
 	if err != nil {
@@ -85,8 +87,51 @@ func BenchmarkPad(b *testing.B) {
 	figure("pad rate: %.2f M offsets/s (%d partitions aligned to log start %d in %.1fs, %.2f M offsets/s per partition; from applying the mirror to every destination log start at %d)",
 		rate/1e6, partitions, n, elapsed.Seconds(), rate/partitions/1e6, n)
 	b.ReportMetric(rate, "pad-offsets/s")
+	var bytes, offsets int64
+	for _, p := range padded {
+		bytes, offsets = bytes+p.bytes, offsets+p.offsets
+	}
+	if offsets > 0 {
+		perOffset := float64(bytes) / float64(offsets)
+		figure("pad size: %.3f bytes per pad offset on the destination (%d bytes for %d offsets, the last sample of each partition before its DeleteRecords)",
+			perOffset, bytes, offsets)
+		b.ReportMetric(perOffset, "pad-bytes/offset")
+	}
 	_ = deleteTopic(ctx, e.srcAdm, topic)
 	_ = deleteTopic(ctx, e.dstAdm, topic)
+}
+
+// padSample is a destination partition's log size and its offsets while
+// padding, before DeleteRecords cut them.
+type padSample struct{ bytes, offsets int64 }
+
+// samplePadBytes records in padded the size and end offset of every
+// partition of topic whose destination log still starts at 0 (start holds
+// the start offsets just listed), keeping the latest sample of each.
+func samplePadBytes(ctx context.Context, e *env, topic string, start kadm.ListedOffsets, padded map[int32]padSample) {
+	ends, err := e.dstAdm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return
+	}
+	dirs, err := e.dstAdm.DescribeAllLogDirs(ctx, nil) // all topics: a set without partitions asks for none
+	if err != nil {
+		return
+	}
+	sizes := map[int32]int64{}
+	dirs.Each(func(d kadm.DescribedLogDir) {
+		d.Topics.Each(func(p kadm.DescribedLogDirPartition) {
+			if p.Topic == topic {
+				sizes[p.Partition] += p.Size
+			}
+		})
+	})
+	ends.Each(func(o kadm.ListedOffset) {
+		s, ok := start.Lookup(topic, o.Partition)
+		if o.Err != nil || !ok || s.Err != nil || s.Offset != 0 || o.Offset == 0 || sizes[o.Partition] == 0 {
+			return
+		}
+		padded[o.Partition] = padSample{bytes: sizes[o.Partition], offsets: o.Offset}
+	})
 }
 
 // fillEmpty appends n empty records to every partition of topic, in large

@@ -125,6 +125,8 @@ func (c *Coordinator) Update(ctx context.Context, spec MirrorSpec) error {
 		!slices.Equal(old.Spec.TopicConfigExclude, spec.TopicConfigExclude) {
 		c.restart(spec.Name)
 	}
+	// A source quota names the source's SASL user: it follows a new one.
+	c.followSourceUser(ctx, spec.Name)
 	return nil
 }
 
@@ -245,7 +247,7 @@ func (c *Coordinator) Delete(ctx context.Context, name string, force bool) error
 	var t mirrorapi.Throttle
 	if c.getJSON(throttleKey(name), &t) {
 		if t.SourceQuota {
-			if err := c.setSourceQuota(ctx, rec.Spec, 0); err != nil {
+			if err := c.setSourceQuota(ctx, rec.Spec, storedQuotaEntity(name, t), 0); err != nil {
 				c.log.Warn("deleting mirror: the source quota stays; remove it by hand", "mirror", name, "error", err)
 			}
 		}

@@ -6,13 +6,15 @@ package coordinator
 // is kept in the state topic under its own key, throttle/MIRROR, so that
 // updates of the mirror's spec leave it alone and a restarted agent applies
 // it again. With source_quota it also sets consumer_byte_rate on the source
-// for the mirror's client id, the KIP's source-throttle example.
+// for the mirror's client id (under the source's SASL user when it has one),
+// the KIP's source-throttle example.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -27,7 +29,7 @@ var ErrThrottleNotFound = errors.New("mirror has no throttle")
 
 func throttleKey(m string) string { return "throttle/" + m }
 
-// sourceQuotaKey is the quota entity of a source quota.
+// sourceQuotaKey is the quota a source quota sets.
 const sourceQuotaKey = "consumer_byte_rate"
 
 // sourceQuotaTimeout bounds a change of the source quota.
@@ -67,13 +69,26 @@ func (c *Coordinator) SetThrottle(ctx context.Context, name string, t mirrorapi.
 	}
 	var old mirrorapi.Throttle
 	hadQuota := c.getJSON(throttleKey(name), &old) && old.SourceQuota
+	entity := quotaEntityOf(rec.Spec)
+	oldEntity := storedQuotaEntity(name, old)
+	t.SourceQuotaEntity = ""
 	switch {
-	case t.SourceQuota && (!hadQuota || old.RateBytesPerSecond != t.RateBytesPerSecond):
-		if err := c.setSourceQuota(ctx, rec.Spec, t.RateBytesPerSecond); err != nil {
-			return err
+	case t.SourceQuota:
+		t.SourceQuotaEntity = entity.String()
+		if !hadQuota || old.RateBytesPerSecond != t.RateBytesPerSecond || oldEntity != entity {
+			if err := c.setSourceQuota(ctx, rec.Spec, entity, t.RateBytesPerSecond); err != nil {
+				return err
+			}
 		}
-	case !t.SourceQuota && hadQuota:
-		if err := c.setSourceQuota(ctx, rec.Spec, 0); err != nil {
+		// The SASL user changed since the quota was set: the old
+		// entity's quota would otherwise stay behind.
+		if hadQuota && oldEntity != entity {
+			if err := c.setSourceQuota(ctx, rec.Spec, oldEntity, 0); err != nil {
+				return err
+			}
+		}
+	case hadQuota:
+		if err := c.setSourceQuota(ctx, rec.Spec, oldEntity, 0); err != nil {
 			return err
 		}
 	}
@@ -81,7 +96,7 @@ func (c *Coordinator) SetThrottle(ctx context.Context, name string, t mirrorapi.
 		return fmt.Errorf("saving the throttle of mirror %q: %w", name, err)
 	}
 	c.applyThrottle(name, &t)
-	c.log.Info("mirror throttle set", "mirror", name, "rate_bytes_per_second", t.RateBytesPerSecond, "partitions", t.Partitions, "source_quota", t.SourceQuota)
+	c.log.Info("mirror throttle set", "mirror", name, "rate_bytes_per_second", t.RateBytesPerSecond, "partitions", t.Partitions, "source_quota", t.SourceQuota, "source_quota_entity", t.SourceQuotaEntity)
 	return nil
 }
 
@@ -102,7 +117,7 @@ func (c *Coordinator) RemoveThrottle(ctx context.Context, name string) error {
 		return nil
 	}
 	if old.SourceQuota {
-		if err := c.setSourceQuota(ctx, rec.Spec, 0); err != nil {
+		if err := c.setSourceQuota(ctx, rec.Spec, storedQuotaEntity(name, old), 0); err != nil {
 			return err
 		}
 	}
@@ -112,6 +127,41 @@ func (c *Coordinator) RemoveThrottle(ctx context.Context, name string) error {
 	c.applyThrottle(name, nil)
 	c.log.Info("mirror throttle removed", "mirror", name)
 	return nil
+}
+
+// followSourceUser moves the source quota of mirror name to the entity of
+// its source as it is now, after an update changed the source's SASL user.
+// A failure is logged, not returned, as the update itself is done: the
+// quota stays on the entity describe shows, and setting the throttle again
+// moves it.
+func (c *Coordinator) followSourceUser(ctx context.Context, name string) {
+	var t mirrorapi.Throttle
+	rec, ok, err := c.record(name)
+	if err != nil || !ok || !c.getJSON(throttleKey(name), &t) || !t.SourceQuota {
+		return
+	}
+	old, now := storedQuotaEntity(name, t), quotaEntityOf(rec.Spec)
+	if old == now {
+		return
+	}
+	fail := func(err error) {
+		c.log.Warn("the source's SASL user changed but the source quota could not follow; set the throttle again", "mirror", name, "source_quota_entity", old.String(), "error", err)
+	}
+	if err := c.setSourceQuota(ctx, rec.Spec, now, t.RateBytesPerSecond); err != nil {
+		fail(err)
+		return
+	}
+	if err := c.setSourceQuota(ctx, rec.Spec, old, 0); err != nil {
+		fail(err)
+		return
+	}
+	t.SourceQuotaEntity = now.String()
+	if err := c.putJSON(ctx, throttleKey(name), t); err != nil {
+		fail(err)
+		return
+	}
+	c.applyThrottle(name, &t)
+	c.log.Info("source quota moved to the source's SASL user", "mirror", name, "from", old.String(), "to", now.String())
 }
 
 // applyThrottle makes mirror name's fetchers follow t (nil: no throttle).
@@ -152,19 +202,66 @@ func (m *mirror) setThrottle(t *mirrorapi.Throttle) {
 	m.throttle.Set(t.RateBytesPerSecond, all || len(t.Partitions) == 0, tps)
 }
 
-// setSourceQuota sets consumer_byte_rate for the mirror's client id on its
-// source to rate, or removes it when rate is 0, through a client of its own:
-// the mirror may not be connected (or running) when this is called.
-func (c *Coordinator) setSourceQuota(ctx context.Context, spec MirrorSpec, rate int64) error {
+// sourceQuotaEntity is the entity a mirror's source quota is set on: the
+// mirror's client id, under the source's SASL user when it has one. Kafka
+// applies the most specific quota of a connection (user + client id, then
+// user, then client id), so a client-id quota alone would not hold for a
+// SASL user that has a user quota of its own.
+type sourceQuotaEntity struct{ user, clientID string }
+
+// quotaEntityOf is the source quota entity of spec's mirror as it is now.
+// OAUTHBEARER has no username in the spec (the user comes from the token):
+// its quota names the client id only.
+func quotaEntityOf(spec MirrorSpec) sourceQuotaEntity {
+	e := sourceQuotaEntity{clientID: mirrorapi.SourceQuotaClientID(spec.Name)}
+	if s := spec.Source.SASL; s != nil {
+		e.user = s.Username
+	}
+	return e
+}
+
+// storedQuotaEntity is the entity the persisted throttle t of mirror name
+// set its quota on. Throttles saved before the entity was recorded set it
+// on the client id only.
+func storedQuotaEntity(name string, t mirrorapi.Throttle) sourceQuotaEntity {
+	e := sourceQuotaEntity{clientID: mirrorapi.SourceQuotaClientID(name)}
+	// The client id is known, so the user is whatever stands between
+	// "user=" and ",client-id=ID", whichever characters it holds.
+	if u, ok := strings.CutPrefix(t.SourceQuotaEntity, "user="); ok {
+		e.user = strings.TrimSuffix(u, ",client-id="+e.clientID)
+	}
+	return e
+}
+
+// String is the entity as describe shows it, in the entity types of
+// kafka-configs: "user=alice,client-id=kmirror-dr" or "client-id=kmirror-dr".
+func (e sourceQuotaEntity) String() string {
+	if e.user == "" {
+		return "client-id=" + e.clientID
+	}
+	return "user=" + e.user + ",client-id=" + e.clientID
+}
+
+func (e sourceQuotaEntity) components() []kadm.ClientQuotaEntityComponent {
+	var cs []kadm.ClientQuotaEntityComponent
+	if e.user != "" {
+		cs = append(cs, kadm.ClientQuotaEntityComponent{Type: "user", Name: &e.user})
+	}
+	return append(cs, kadm.ClientQuotaEntityComponent{Type: "client-id", Name: &e.clientID})
+}
+
+// setSourceQuota sets consumer_byte_rate for entity on the mirror's source
+// to rate, or removes it when rate is 0, through a client of its own: the
+// mirror may not be connected (or running) when this is called.
+func (c *Coordinator) setSourceQuota(ctx context.Context, spec MirrorSpec, entity sourceQuotaEntity, rate int64) error {
 	ctx, cancel := context.WithTimeout(ctx, sourceQuotaTimeout)
 	defer cancel()
 	what := "setting"
 	if rate == 0 {
 		what = "removing"
 	}
-	clientID := mirrorapi.SourceQuotaClientID(spec.Name)
 	fail := func(err error) error {
-		return fmt.Errorf("source_quota: %s %s for client id %q on the source: %w", what, sourceQuotaKey, clientID, err)
+		return fmt.Errorf("source_quota: %s %s for %s on the source: %w", what, sourceQuotaKey, entity, err)
 	}
 	opts, err := c.sourceOpts(spec)
 	if err != nil {
@@ -177,7 +274,7 @@ func (c *Coordinator) setSourceQuota(ctx context.Context, spec MirrorSpec, rate 
 	defer cl.Close()
 	op := kadm.AlterClientQuotaOp{Key: sourceQuotaKey, Value: float64(rate), Remove: rate == 0}
 	resp, err := kadm.NewClient(cl).AlterClientQuotas(ctx, []kadm.AlterClientQuotaEntry{{
-		Entity: []kadm.ClientQuotaEntityComponent{{Type: "client-id", Name: &clientID}},
+		Entity: entity.components(),
 		Ops:    []kadm.AlterClientQuotaOp{op},
 	}})
 	if err != nil {

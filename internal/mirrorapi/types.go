@@ -400,6 +400,12 @@ type Throttle struct {
 	// source cluster for the agent's client id of this mirror
 	// (SourceQuotaClientID), removed with the throttle.
 	SourceQuota bool `json:"source_quota"`
+	// SourceQuotaEntity is the quota entity the agent set the source
+	// quota on (set by the agent, ignored in requests):
+	// "user=USER,client-id=kmirror-MIRROR" when the source authenticates
+	// with a SASL username, as Kafka applies a user's quotas before
+	// client-id quotas; "client-id=kmirror-MIRROR" otherwise.
+	SourceQuotaEntity string `json:"source_quota_entity,omitempty"`
 }
 
 // SourceQuotaClientID is the client id the agent's source clients of mirror

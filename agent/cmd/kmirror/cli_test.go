@@ -37,8 +37,11 @@ func (fixtureBackend) Describe() []coordinator.MirrorStatus {
 			LagMillis: 1500 * (src - dst), Bytes: 100 * dst, Records: dst}
 	}
 	return []coordinator.MirrorStatus{
-		{Name: "dr", Source: mirrorapi.Source{BootstrapServers: []string{"src-1:9092", "src-2:9092"}}, MaxLag: 10,
-			Throttle:    &mirrorapi.Throttle{RateBytesPerSecond: 1 << 20, Partitions: []string{"foo:1"}},
+		{Name: "dr", Source: mirrorapi.Source{BootstrapServers: []string{"src-1:9092", "src-2:9092"},
+			SASL: &mirrorapi.SourceSASL{Mechanism: "SCRAM-SHA-512", Username: "mirror-dr", Password: mirrorapi.Redacted}}, MaxLag: 10,
+			TopicRegex: []string{"audit-.*", "a{1,3}"},
+			Throttle: &mirrorapi.Throttle{RateBytesPerSecond: 1 << 20, Partitions: []string{"foo:1"},
+				SourceQuota: true, SourceQuotaEntity: "user=mirror-dr,client-id=kmirror-dr"},
 			Fetch:       mirrorapi.FetchStats{Requests: 120, Bytes: 27300, ThrottledMillis: 1500},
 			StateCounts: map[mirrorapi.State]int{mirrorapi.StateMirroring: 2, mirrorapi.StateFailed: 1},
 			Topics: []mirrorapi.Topic{
@@ -61,7 +64,8 @@ func (fixtureBackend) Describe() []coordinator.MirrorStatus {
 			GroupsInclude: []string{"app-.*"}, GroupsExclude: []string{"app-test"}, ACLInclude: []string{"TOPIC;foo.*"},
 			MetadataRefreshIntervalMs: 30000},
 		{Name: "mig", Source: mirrorapi.Source{BootstrapServers: []string{"old:9092"}}, Error: "connecting to source old:9092: dial tcp: lookup old: no such host",
-			StateCounts: map[mirrorapi.State]int{}, Topics: []mirrorapi.Topic{}},
+			StateCounts: map[mirrorapi.State]int{}, Topics: []mirrorapi.Topic{},
+			GroupsInclude: []string{".*"}, GroupsExclude: []string{}, ACLInclude: []string{}, MetadataRefreshIntervalMs: 10000},
 	}
 }
 

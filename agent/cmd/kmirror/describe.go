@@ -8,10 +8,12 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/kmirror/kmirror/agent/kafkaconn"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
@@ -142,7 +144,7 @@ func runDescribe(ctx context.Context, args []string) error {
 
 // writeTable prints KIP-1279's describe table, one line per partition, and
 // each mirror's or topic's error below it, then one line per mirror and kind
-// of metadata sync once any sync ran.
+// of metadata sync once any sync ran, then each mirror's source and settings.
 func writeTable(w io.Writer, ms []mirrorapi.Mirror) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "MIRROR\tTOPIC\tPARTITION\tSOURCE-OFFSET\tDESTINATION-OFFSET\tLAG\tSTATE")
@@ -152,7 +154,11 @@ func writeTable(w io.Writer, ms []mirrorapi.Mirror) error {
 			notes = append(notes, fmt.Sprintf("mirror %s: %s", m.Name, m.Error))
 		}
 		if t := m.Throttle; t != nil {
-			notes = append(notes, fmt.Sprintf("mirror %s: throttled to %d bytes/s (%s) on %s", m.Name, t.RateBytesPerSecond, humanRate(t.RateBytesPerSecond), strings.Join(t.Partitions, " ")))
+			note := fmt.Sprintf("mirror %s: throttled to %d bytes/s (%s) on %s", m.Name, t.RateBytesPerSecond, humanRate(t.RateBytesPerSecond), strings.Join(t.Partitions, " "))
+			if t.SourceQuota && t.SourceQuotaEntity != "" {
+				note += "; source quota on " + t.SourceQuotaEntity
+			}
+			notes = append(notes, note)
 		}
 		for _, t := range m.Topics {
 			if t.Error != "" {
@@ -182,7 +188,59 @@ func writeTable(w io.Writer, ms []mirrorapi.Mirror) error {
 			}
 		}
 	}
+	for _, m := range ms {
+		fmt.Fprintf(w, "mirror %s source: %s\n", m.Name, sourceLine(m))
+		fmt.Fprintf(w, "mirror %s settings: %s\n", m.Name, settingsLine(m))
+	}
 	return nil
+}
+
+// sourceLine summarizes how the mirror reaches its source: the cluster id
+// it found there, the security protocol and the SASL mechanism and user.
+// Secrets are not in mirrorapi.Mirror's Source fields it reads.
+func sourceLine(m mirrorapi.Mirror) string {
+	id := m.SourceClusterID
+	if id == "" {
+		id = "unknown (not connected yet)"
+	}
+	line := "cluster " + id + ", " + kafkaconn.Protocol(m.Source)
+	if s := m.Source.SASL; s != nil {
+		line += " " + s.Mechanism
+		if s.Username != "" {
+			line += " as user " + s.Username
+		}
+	}
+	return line
+}
+
+// settingsLine prints the mirror's settings (the defaults resolved) as the
+// spec's field names with their values, lists comma-separated.
+func settingsLine(m mirrorapi.Mirror) string {
+	return strings.Join([]string{
+		"metadata_refresh_interval=" + (time.Duration(m.MetadataRefreshIntervalMs) * time.Millisecond).String(),
+		"topic_regex=" + listValue(m.TopicRegex),
+		"groups_include=" + listValue(m.GroupsInclude),
+		"groups_exclude=" + listValue(m.GroupsExclude),
+		"acl_include=" + listValue(m.ACLInclude),
+		"topic_config_exclude=" + listValue(m.TopicConfigExclude),
+	}, " ")
+}
+
+// listValue joins xs with commas, quoting an item that holds a comma, a
+// space or a quote or is empty, so that the list reads back unambiguously;
+// "(none)" for an empty list.
+func listValue(xs []string) string {
+	if len(xs) == 0 {
+		return "(none)"
+	}
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		if x == "" || strings.ContainsAny(x, ", \"") {
+			x = strconv.Quote(x)
+		}
+		out[i] = x
+	}
+	return strings.Join(out, ",")
 }
 
 // syncLine summarizes one kind of metadata sync, "" before any ran.

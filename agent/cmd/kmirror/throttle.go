@@ -72,7 +72,7 @@ func runThrottle(ctx context.Context, args []string) error {
 	rate := fs.String("rate", "", "set the ceiling in bytes per second: 1048576, 1MiB, 500KiB, 2MB")
 	var parts listFlag
 	fs.Var(&parts, "partition", `a throttled partition TOPIC:PARTITION (repeatable, or comma-separated), or "*" for all (the default)`)
-	sourceQuota := fs.Bool("source-quota", false, "also set consumer_byte_rate on the source for the agent's client id of the mirror (kmirror-MIRROR)")
+	sourceQuota := fs.Bool("source-quota", false, "also set consumer_byte_rate on the source for the agent's client id of the mirror (kmirror-MIRROR), under the source's SASL user when it has one")
 	remove := fs.Bool("remove", false, "lift the throttle (and its source quota)")
 	output := outputFlag(fs)
 	if err := parse(fs, args, mirror); err != nil {
@@ -127,7 +127,11 @@ func printThrottle(mirror string, t mirrorapi.Throttle, output string) error {
 	}
 	fmt.Fprintf(stdout, "Mirror %s throttled to %d bytes/s (%s) on %s\n", mirror, t.RateBytesPerSecond, humanRate(t.RateBytesPerSecond), strings.Join(t.Partitions, " "))
 	if t.SourceQuota {
-		fmt.Fprintf(stdout, "Source quota: consumer_byte_rate=%d for client id %s\n", t.RateBytesPerSecond, mirrorapi.SourceQuotaClientID(mirror))
+		entity := t.SourceQuotaEntity
+		if entity == "" { // an agent from before the entity was recorded
+			entity = "client-id=" + mirrorapi.SourceQuotaClientID(mirror)
+		}
+		fmt.Fprintf(stdout, "Source quota: consumer_byte_rate=%d for %s\n", t.RateBytesPerSecond, entity)
 	}
 	return nil
 }

@@ -75,7 +75,7 @@ func TestThrottleVerb(t *testing.T) {
 	run("null\n", "--mirror", "dr", "--output", "json")
 	run("Mirror dr throttled to 1048576 bytes/s (1.0 MiB/s) on *\n", "--mirror", "dr", "--rate", "1MiB")
 	run("Mirror dr throttled to 1048576 bytes/s (1.0 MiB/s) on *\n", "--mirror", "dr")
-	run("Mirror dr throttled to 500000 bytes/s (488.3 KiB/s) on orders:0 orders:1\nSource quota: consumer_byte_rate=500000 for client id kmirror-dr\n",
+	run("Mirror dr throttled to 500000 bytes/s (488.3 KiB/s) on orders:0 orders:1\nSource quota: consumer_byte_rate=500000 for client-id=kmirror-dr\n",
 		"--mirror", "dr", "--rate", "500KB", "--partition", "orders:0", "--partition", "orders:1", "--source-quota")
 	run(`{
   "rate_bytes_per_second": 500000,
@@ -83,7 +83,8 @@ func TestThrottleVerb(t *testing.T) {
     "orders:0",
     "orders:1"
   ],
-  "source_quota": true
+  "source_quota": true,
+  "source_quota_entity": "client-id=kmirror-dr"
 }
 `, "--mirror", "dr", "--output", "json")
 	if m := co.Describe(); len(m) != 1 || m[0].Throttle == nil || m[0].Throttle.RateBytesPerSecond != 500000 {
