@@ -83,8 +83,10 @@ func (r *mirrorThrottleResource) Schema(_ context.Context, _ resource.SchemaRequ
 				Computed: true,
 				Default:  booldefault.StaticBool(false),
 				Description: "Also set the `consumer_byte_rate` client quota to the same rate on the source cluster, for the client id " +
-					"the agent uses for this mirror (`kmirror-MIRROR`), so that the source brokers hold the agent back too; it is " +
-					"removed with the throttle or when this turns false. The agent needs ALTER_CONFIGS on the source cluster for it.",
+					"the agent uses for this mirror (`kmirror-MIRROR`), together with the SASL user when the source uses SASL " +
+					"(`user=USER,client-id=kmirror-MIRROR`, so that a quota of that user does not take precedence), so that the " +
+					"source brokers hold the agent back too; it is removed with the throttle or when this turns false. The agent " +
+					"needs ALTER_CONFIGS on the source cluster for it.",
 			},
 			// Computed attributes
 			"id": schema.StringAttribute{
