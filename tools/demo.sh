@@ -66,8 +66,16 @@ DST=$(sed -n 's/^bootstrap: //p' "$WORK/destination.log")
 echo "source:      $SRC"
 echo "destination: $DST"
 
-step "seeding topic 'orders' (3 partitions, all five codecs) with a producer running at 2000 records/s"
-start producer "$BIN" dev-load --bootstrap "$SRC" --topic orders --partitions 3 --rate 2000
+step "seeding three topics on the source, each with a producer running"
+echo "orders:    3 partitions, all five codecs, 2000 records/s"
+echo "payments:  transactional (every 4th transaction aborted), 500 records/s"
+echo "customers: compacted (cleanup.policy=compact, 200 keys), 500 records/s"
+start orders-producer "$BIN" dev-load --bootstrap "$SRC" --topic orders --partitions 3 --rate 2000
+producers=("${pids[-1]}")
+start payments-producer "$BIN" dev-load --bootstrap "$SRC" --topic payments --partitions 3 --rate 500 --transactional-id payments --abort-every 4
+producers+=("${pids[-1]}")
+start customers-producer "$BIN" dev-load --bootstrap "$SRC" --topic customers --partitions 3 --rate 500 --compacted --keys 200
+producers+=("${pids[-1]}")
 sleep 2
 
 step "starting the agent (API on 127.0.0.1:$API_PORT), writing to the destination"
@@ -82,7 +90,7 @@ start agent "$BIN" agent --config "$WORK/agent.hcl"
 export KMIRROR_ADDR="http://127.0.0.1:$API_PORT"
 for ((i = 0; i < 100; i++)); do "$BIN" describe >/dev/null 2>&1 && break; sleep 0.2; done
 
-step "terraform apply examples/quickstart: mirror 'dr' (source -> destination) with topic 'orders'"
+step "terraform apply examples/quickstart: mirror 'dr' (source -> destination) with topics 'orders', 'payments' and 'customers'"
 TF=$(./tools/install-terraform.sh)
 # The provider is the one just built: a dev override, so nothing is downloaded.
 cat >"$WORK/terraformrc" <<RC
@@ -115,9 +123,9 @@ tf_apply
 step "live lag for ${SECONDS_TO_WATCH}s (kmirror describe --watch 5s)"
 "$BIN" describe --watch 5s --count $(( (SECONDS_TO_WATCH + 4) / 5 ))
 
-step "stopping the producer and waiting for lag 0"
-kill "${pids[2]}" 2>/dev/null || true
-wait "${pids[2]}" 2>/dev/null || true
+step "stopping the producers and waiting for lag 0"
+kill "${producers[@]}" 2>/dev/null || true
+wait "${producers[@]}" 2>/dev/null || true
 for ((i = 0; i < 300; i++)); do
   lag=$("$BIN" describe --output json | sed -n 's/.*"max_lag": \([0-9]*\).*/\1/p' | head -1)
   [ "$lag" = 0 ] && break
@@ -135,6 +143,14 @@ if command -v kcat >/dev/null 2>&1; then
 else
   echo "(kcat not installed: apt-get install kcat)"
 fi
+step "kmirror verify: every partition of every topic record for record, at both isolation levels"
+for topic in orders payments customers; do
+  if ! report=$("$BIN" verify --source-bootstrap "$SRC" --destination-bootstrap "$DST" --topic "$topic" --key-aware); then
+    echo "$report" >&2
+    exit 1
+  fi
+  echo "${report%%$'\n'*}" # the verdict line
+done
 have_kcat() { command -v kcat >/dev/null 2>&1; }
 # group_offsets FILE LABEL VERB: from "PARTITION OFFSET" lines, the next offset
 # (VERB "next") or first offset (VERB "resumes") per partition.
@@ -164,4 +180,4 @@ step "the destination topic is writable now: a new record lands right after the 
 if have_kcat; then
   kcat -C -b "$DST" -t orders -p 1 -o -1 -c 1 -e -q -f 'destination  partition %p offset %o (new write after failover)\n'
 fi
-step "done: every record of 'orders' sits at the same offset on the destination, which now takes writes"
+step "done: every record sits at the same offset on the destination; 'orders' takes writes there now, 'payments' and 'customers' still mirror"

@@ -12,8 +12,9 @@ import (
 )
 
 // TestDemo runs `make demo`'s script with a short watch and checks what it
-// promises: terraform apply creates the mirror, the agent mirrors, lag reaches
-// 0, an independent client reads the same record at the same offset on both
+// promises: terraform apply creates the mirror and its three topics (plain,
+// transactional, compacted), the agent mirrors, lag reaches 0, kmirror verify
+// passes on every topic, an independent client reads the same record at the same offset on both
 // clusters, a failover through terraform makes the destination writable right after the last
 // mirrored offset, a consumer group resumes on the destination where it left off on the source;
 // and that it cleans up.
@@ -30,14 +31,18 @@ func TestDemo(t *testing.T) {
 	}
 	text := string(out)
 	for _, want := range []string{
-		"Apply complete! Resources: 2 added",
-		"MIRROR  TOPIC   PARTITION  SOURCE-OFFSET  DESTINATION-OFFSET  LAG", "MIRRORING",
+		"Apply complete! Resources: 4 added",
+		"topic orders: OK", "topic payments: OK", "topic customers: OK",
+		"MIRRORING",
 		"Apply complete! Resources: 0 added, 1 changed",
 		"stopping everything the demo started",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, text)
 		}
+	}
+	if !regexp.MustCompile(`(?m)^MIRROR\s+TOPIC\s+PARTITION\s+SOURCE-OFFSET\s+DESTINATION-OFFSET\s+LAG\s+STATE$`).MatchString(text) {
+		t.Errorf("demo output lacks the describe table's header:\n%s", text)
 	}
 	src := regexp.MustCompile(`(?m)^source\s+(partition 1 offset 1000 key \S+ timestamp \d+)$`).FindStringSubmatch(text)
 	dst := regexp.MustCompile(`(?m)^destination\s+(partition 1 offset 1000 key \S+ timestamp \d+)$`).FindStringSubmatch(text)

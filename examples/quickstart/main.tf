@@ -1,5 +1,6 @@
 # The quickstart that `make demo` applies: one mirror from the source cluster
-# into the cluster the agent writes to, and one mirror topic.
+# into the cluster the agent writes to, and three mirror topics: a plain one
+# that the demo fails over, a transactional one and a compacted one.
 terraform {
   required_providers {
     kafka = {
@@ -40,6 +41,20 @@ resource "kafka_mirror_topic" "orders" {
   mirror = kafka_cluster_mirror.dr.name
   topic  = "orders"
   state  = var.orders_state
+}
+
+# A transactional topic: only committed records become visible on the
+# destination, aborted ones stay invisible there as on the source.
+resource "kafka_mirror_topic" "payments" {
+  mirror = kafka_cluster_mirror.dr.name
+  topic  = "payments"
+}
+
+# A compacted topic: the offsets compaction removed stay invisible on the
+# destination, so every remaining record keeps its offset.
+resource "kafka_mirror_topic" "customers" {
+  mirror = kafka_cluster_mirror.dr.name
+  topic  = "customers"
 }
 
 output "orders_partitions" {

@@ -27,7 +27,10 @@ func runDevLoad(ctx context.Context, args []string) error {
 	records := fs.Int("records", 0, "stop after this many records (0 = until interrupted)")
 	codecs := fs.String("codecs", "none,gzip,snappy,lz4,zstd", "compression codecs to rotate through")
 	valueSize := fs.Int("value-size", 0, "value size in bytes (0 = default)")
-	keys := fs.Int("keys", 0, "distinct keys (0 = a key per record)")
+	keys := fs.Int("keys", 0, "distinct keys (0 = a key per record; 100 with --compacted)")
+	compacted := fs.Bool("compacted", false, "create the topic with cleanup.policy=compact (records keyed from --keys distinct keys)")
+	txnID := fs.String("transactional-id", "", "produce in transactions of the producer ID-CODEC, one per chunk of records")
+	abortEvery := fs.Int("abort-every", 0, "with --transactional-id, abort every Nth transaction (0 = commit all)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -37,12 +40,22 @@ func runDevLoad(ctx context.Context, args []string) error {
 	if *partitions < 1 {
 		return fmt.Errorf("--partitions %d: use at least 1", *partitions)
 	}
+	if *abortEvery < 0 || (*abortEvery > 0 && *txnID == "") {
+		return fmt.Errorf("--abort-every %d: give a positive number together with --transactional-id", *abortEvery)
+	}
+	var configs map[string]*string
+	if *compacted {
+		configs = map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}
+		if *keys == 0 {
+			*keys = 100
+		}
+	}
 	opts := []kgo.Opt{kgo.SeedBrokers(strings.Split(*bootstrap, ",")...)}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("--bootstrap: %w", err)
 	}
-	resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(*partitions), -1, nil, *topic)
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(*partitions), -1, configs, *topic)
 	cl.Close()
 	if err == nil {
 		err = resp.Err
@@ -51,7 +64,7 @@ func runDevLoad(ctx context.Context, args []string) error {
 		return fmt.Errorf("creating topic %q: %w", *topic, err)
 	}
 	spec := workload.Spec{Topic: *topic, Partitions: int32(*partitions), Records: *records, ValueSize: *valueSize,
-		Keys: *keys, Codecs: strings.Split(*codecs, ","), Headers: true}
+		Keys: *keys, Codecs: strings.Split(*codecs, ","), Headers: true, TransactionalID: *txnID, AbortEvery: *abortEvery}
 	st, err := workload.NewProducer(opts, spec, *rate).Run(ctx)
 	if err != nil {
 		return err
