@@ -26,6 +26,7 @@
 //	                            kmirror_sync_errors_total{mirror,kind} (kind configs,
 //	                            groups, acls; partitions for partition growth)
 //	(time of the last sync)     kmirror_sync_last_success_timestamp_seconds{mirror,kind}
+//	(items in sync)             kmirror_sync_items{mirror,kind}
 //
 // Counters come from cumulative describe figures: they restart from zero
 // when a partition's mirror restarts (agent restart, topic re-added), which
@@ -33,8 +34,7 @@
 // counters restart with the agent.
 //
 // Not exposed because the agent does not track them yet: fetch figures per
-// source broker, and per-kind sync error counters (kmirror_topic_error shows
-// topics whose sync currently fails). kmirror_fetch_throttle_seconds_total is
+// source broker. kmirror_fetch_throttle_seconds_total is
 // the source brokers' own quota throttling (such as a source_quota of a
 // throttle), agent-wide.
 package metrics

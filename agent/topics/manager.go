@@ -295,7 +295,7 @@ func (m *Manager) grow(ctx context.Context, info *Info) error {
 	case dst > src:
 		return fmt.Errorf("destination topic %q has %d partitions but the source has %d: %w; "+
 			"Kafka cannot remove partitions, and partitions %d..%d would have no source. "+
-			"Delete the destination topic so that it is recreated (its data is lost), or mirror into a topic that does not exist yet",
+			"Delete the destination topic so that it is recreated (its data is lost)",
 			info.Topic, dst, src, ErrDestinationHasMorePartitions, src, dst-1)
 	}
 	resp, err := m.dst.UpdatePartitions(ctx, int(src), info.Topic)

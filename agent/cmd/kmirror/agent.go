@@ -41,7 +41,7 @@ func runAgent(ctx context.Context, args []string) error {
 	tokenFile := fs.String("token-file", "", "file of API bearer tokens, one a line (overrides token_file in the config file); without it the API listens on loopback only")
 	agentID := fs.String("agent-id", "", "this agent's name in the writer lease, describe and logs (overrides agent_id in the config file; default HOSTNAME-PID)")
 	leaseDuration := fs.String("lease-duration", "", "writer lease between agents sharing the destination and state topic, such as 15s; 0s runs without one, for a destination only this agent writes to (overrides lease_duration in the config file)")
-	secretKeyFile := fs.String("secret-key-file", "", "file with the AES-256 key (64 hex digits, `openssl rand -hex 32`) that encrypts literal secrets of mirror sources in the state topic (env KMIRROR_SECRET_KEY_FILE; overrides secret_key_file)")
+	secretKeyFile := fs.String("secret-key-file", "", "file with the AES-256 key (64 hex digits, as openssl rand -hex 32 prints, or base64) that encrypts literal secrets of mirror sources in the state topic (env KMIRROR_SECRET_KEY_FILE; overrides secret_key_file)")
 	tlsCertFile := fs.String("tls-cert-file", "", "PEM certificate of the API, to serve HTTPS (env KMIRROR_TLS_CERT_FILE; overrides tls_cert_file)")
 	tlsKeyFile := fs.String("tls-key-file", "", "PEM private key of --tls-cert-file (env KMIRROR_TLS_KEY_FILE; overrides tls_key_file)")
 	clientCAFile := fs.String("client-ca-file", "", "PEM CA: API callers must present a client certificate it signed, except on /healthz and /readyz (env KMIRROR_CLIENT_CA_FILE; overrides client_ca_file)")

@@ -18,7 +18,7 @@ import (
 
 func init() {
 	register("create", "create a mirror on the agent", runCreate)
-	register("update", "change a mirror's source bootstrap servers or add topics", runUpdate)
+	register("update", "change a mirror's source (servers, security), settings (--config) or topics", runUpdate)
 	register("add", "add topics to a mirror", runAdd)
 	register("delete", "delete a mirror (destination topics and data stay)", runDelete)
 }
