@@ -73,7 +73,7 @@ func (p *kafkaProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp
 			"token": schema.StringAttribute{
 				Optional:  true,
 				Sensitive: true,
-				Description: "Bearer token the agent accepts (one of its `--token`s). Falls back on `" + EnvToken + "`. " +
+				Description: "Bearer token the agent accepts (a line of its `token_file`). Falls back on `" + EnvToken + "`. " +
 					"Without one, only an agent listening on a loopback address without tokens answers.",
 			},
 			"ca_cert_pem": schema.StringAttribute{
