@@ -245,21 +245,35 @@ func runDelete(ctx context.Context, args []string) error {
 	return nil
 }
 
-// securityFlags are create's and update's flags for the source's security
-// protocol, SASL and TLS.
+// securityFlags are the flags for a cluster's security protocol, SASL and
+// TLS: create's and update's for the source a mirror's agent connects to,
+// and verify's for the two clusters it reads itself.
 type securityFlags struct {
+	prefix                                                        string
 	protocol, mechanism, username, password, passwordFile, caCert *string
 }
 
 func sourceSecurityFlags(fs *flag.FlagSet) securityFlags {
+	return clusterSecurityFlags(fs, "source", "the agent")
+}
+
+// clusterSecurityFlags registers --PREFIX-security-protocol, --PREFIX-sasl-*
+// and --PREFIX-ca-cert; user says who connects with them ("the agent" or
+// this command).
+func clusterSecurityFlags(fs *flag.FlagSet, prefix, user string) securityFlags {
+	kept := "used by " + user
+	if user == "the agent" {
+		kept = "sent to the agent, which keeps it encrypted (it needs secret_key_file)"
+	}
 	return securityFlags{
-		protocol:  fs.String("source-security-protocol", "", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (default: from the SASL and TLS flags given)"),
-		mechanism: fs.String("source-sasl-mechanism", "", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"),
-		username:  fs.String("source-sasl-username", "", "SASL user name"),
-		password: fs.String("source-sasl-password", "", "SASL password as a reference the agent resolves, such as '${env:NAME}' or '${file:PATH:KEY}' "+
-			"(a literal on a command line is seen by other local users: use --source-sasl-password-file for one)"),
-		passwordFile: fs.String("source-sasl-password-file", "", "file holding the SASL password, sent to the agent, which keeps it encrypted (it needs secret_key_file)"),
-		caCert:       fs.String("source-ca-cert", "", "PEM file of the CA that signed the source brokers' certificates, sent to the agent; turns TLS on"),
+		prefix:    prefix,
+		protocol:  fs.String(prefix+"-security-protocol", "", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (default: from the SASL and TLS flags given)"),
+		mechanism: fs.String(prefix+"-sasl-mechanism", "", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"),
+		username:  fs.String(prefix+"-sasl-username", "", "SASL user name"),
+		password: fs.String(prefix+"-sasl-password", "", "SASL password as a reference "+user+" resolves, such as '${env:NAME}' or '${file:PATH:KEY}' "+
+			"(a literal on a command line is seen by other local users: use --"+prefix+"-sasl-password-file for one)"),
+		passwordFile: fs.String(prefix+"-sasl-password-file", "", "file holding the SASL password, "+kept),
+		caCert:       fs.String(prefix+"-ca-cert", "", "PEM file of the CA that signed the "+prefix+" brokers' certificates; turns TLS on"),
 	}
 }
 
@@ -272,14 +286,14 @@ func (f securityFlags) given() bool {
 func (f securityFlags) apply(src *mirrorapi.Source) error {
 	src.SecurityProtocol = *f.protocol
 	if *f.password != "" && *f.passwordFile != "" {
-		return usageError("--source-sasl-password and --source-sasl-password-file: give one")
+		return usageError("--%[1]s-sasl-password and --%[1]s-sasl-password-file: give one", f.prefix)
 	}
 	if *f.mechanism != "" || *f.username != "" || *f.password != "" || *f.passwordFile != "" {
 		src.SASL = &mirrorapi.SourceSASL{Mechanism: *f.mechanism, Username: *f.username, Password: *f.password}
 		if *f.passwordFile != "" {
 			b, err := os.ReadFile(*f.passwordFile)
 			if err != nil {
-				return fmt.Errorf("--source-sasl-password-file: %w", err)
+				return fmt.Errorf("--%s-sasl-password-file: %w", f.prefix, err)
 			}
 			src.SASL.Password = strings.TrimRight(string(b), "\r\n")
 		}
@@ -287,7 +301,7 @@ func (f securityFlags) apply(src *mirrorapi.Source) error {
 	if *f.caCert != "" {
 		b, err := os.ReadFile(*f.caCert)
 		if err != nil {
-			return fmt.Errorf("--source-ca-cert: %w", err)
+			return fmt.Errorf("--%s-ca-cert: %w", f.prefix, err)
 		}
 		src.TLS = &mirrorapi.SourceTLS{CAPEM: string(b)}
 	}

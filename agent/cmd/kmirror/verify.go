@@ -15,6 +15,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kmirror/kmirror/agent/kafkaconn"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
 	"github.com/kmirror/kmirror/internal/verify"
 )
 
@@ -26,18 +28,19 @@ func runVerify(ctx context.Context, args []string) error {
 	return verifyCommand(ctx, args, os.Stdout, os.Stderr)
 }
 
-// clusterFlags are the flags that say how to reach one cluster. Every
-// connection setting (TLS and SASL when they come) belongs here, so that the
+// clusterFlags are the flags that say how to reach one cluster, so that the
 // source and destination get them alike and opts is the one place that turns
-// them into client options.
+// them into client options (through kafkaconn, as the agent does).
 type clusterFlags struct {
 	prefix    string // "source" or "destination"
 	bootstrap string
+	security  securityFlags
 }
 
 func (f *clusterFlags) register(fs *flag.FlagSet, prefix string) {
 	f.prefix = prefix
 	fs.StringVar(&f.bootstrap, prefix+"-bootstrap", "", prefix+" cluster HOST:PORT,... (required)")
+	f.security = clusterSecurityFlags(fs, prefix, "kmirror verify")
 }
 
 // opts checks the flags and returns the client options for the cluster.
@@ -58,7 +61,15 @@ func (f *clusterFlags) opts() ([]kgo.Opt, error) {
 		}
 		seeds = append(seeds, s)
 	}
-	return []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.ClientID("kmirror-verify")}, nil
+	src := mirrorapi.Source{BootstrapServers: seeds}
+	if err := f.security.apply(&src); err != nil {
+		return nil, err
+	}
+	opts, err := kafkaconn.Options(f.prefix, src, nil)
+	if err != nil {
+		return nil, err
+	}
+	return append(opts, kgo.ClientID("kmirror-verify")), nil
 }
 
 // partitionList is a repeatable --partition flag that also takes comma
