@@ -59,6 +59,16 @@ func (c *Coordinator) record(name string) (mirrorRecord, bool, error) {
 	return rec, true, nil
 }
 
+// existing is record for a mirror that must exist: ErrMirrorNotFound when
+// it does not.
+func (c *Coordinator) existing(name string) (mirrorRecord, error) {
+	rec, ok, err := c.record(name)
+	if err == nil && !ok {
+		err = fmt.Errorf("mirror %q: %w", name, ErrMirrorNotFound)
+	}
+	return rec, err
+}
+
 // check validates spec and that none of its topics belongs to another mirror.
 func (c *Coordinator) check(spec MirrorSpec) error {
 	if err := spec.Validate(); err != nil {
@@ -97,12 +107,9 @@ func (c *Coordinator) Create(ctx context.Context, spec MirrorSpec) error {
 func (c *Coordinator) Update(ctx context.Context, spec MirrorSpec) error {
 	adminMu.Lock()
 	defer adminMu.Unlock()
-	old, ok, err := c.record(spec.Name)
+	old, err := c.existing(spec.Name)
 	if err != nil {
 		return err
-	}
-	if !ok {
-		return fmt.Errorf("mirror %q: %w", spec.Name, ErrMirrorNotFound)
 	}
 	var removed []string
 	for _, t := range old.Spec.Topics {
@@ -157,12 +164,9 @@ type AddRequest struct {
 func (c *Coordinator) AddTopicsWith(ctx context.Context, name string, req AddRequest) error {
 	adminMu.Lock()
 	defer adminMu.Unlock()
-	rec, ok, err := c.record(name)
+	rec, err := c.existing(name)
 	if err != nil {
 		return err
-	}
-	if !ok {
-		return fmt.Errorf("mirror %q: %w", name, ErrMirrorNotFound)
 	}
 	switch {
 	case len(req.Topics) == 0 && len(req.TopicRegex) == 0:
@@ -209,12 +213,9 @@ func (c *Coordinator) AddTopicsWith(ctx context.Context, name string, req AddReq
 func (c *Coordinator) Delete(ctx context.Context, name string, force bool) error {
 	adminMu.Lock()
 	defer adminMu.Unlock()
-	rec, ok, err := c.record(name)
+	rec, err := c.existing(name)
 	if err != nil {
 		return err
-	}
-	if !ok {
-		return fmt.Errorf("mirror %q: %w", name, ErrMirrorNotFound)
 	}
 	if n := len(rec.Spec.Topics); n > 0 && !force {
 		return fmt.Errorf("mirror %q has %d topic(s) %q: %w; stop them first, or delete with force (the destination topics and their data stay)", name, n, rec.Spec.Topics, ErrMirrorHasTopics)

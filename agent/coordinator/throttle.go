@@ -38,10 +38,8 @@ const sourceQuotaTimeout = 15 * time.Second
 // Throttle returns mirror name's throttle; ErrMirrorNotFound or
 // ErrThrottleNotFound when there is none.
 func (c *Coordinator) Throttle(name string) (mirrorapi.Throttle, error) {
-	if _, ok, err := c.record(name); err != nil {
+	if _, err := c.existing(name); err != nil {
 		return mirrorapi.Throttle{}, err
-	} else if !ok {
-		return mirrorapi.Throttle{}, fmt.Errorf("mirror %q: %w", name, ErrMirrorNotFound)
 	}
 	var t mirrorapi.Throttle
 	if !c.getJSON(throttleKey(name), &t) {
@@ -60,12 +58,9 @@ func (c *Coordinator) SetThrottle(ctx context.Context, name string, t mirrorapi.
 		return &InvalidSpecError{Err: err}
 	}
 	t = t.Normalized()
-	rec, ok, err := c.record(name)
+	rec, err := c.existing(name)
 	if err != nil {
 		return err
-	}
-	if !ok {
-		return fmt.Errorf("mirror %q: %w", name, ErrMirrorNotFound)
 	}
 	var old mirrorapi.Throttle
 	hadQuota := c.getJSON(throttleKey(name), &old) && old.SourceQuota
@@ -105,12 +100,9 @@ func (c *Coordinator) SetThrottle(ctx context.Context, name string, t mirrorapi.
 func (c *Coordinator) RemoveThrottle(ctx context.Context, name string) error {
 	adminMu.Lock()
 	defer adminMu.Unlock()
-	rec, ok, err := c.record(name)
+	rec, err := c.existing(name)
 	if err != nil {
 		return err
-	}
-	if !ok {
-		return fmt.Errorf("mirror %q: %w", name, ErrMirrorNotFound)
 	}
 	var old mirrorapi.Throttle
 	if !c.getJSON(throttleKey(name), &old) {
