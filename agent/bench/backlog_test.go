@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -141,28 +142,38 @@ func fillBacklog(ctx context.Context, e *env, topic string, size int64) (int, er
 	}
 	var n int
 	for done := int64(0); done < size; done += int64(len(batch)) * partitions {
-		req := kmsg.NewPtrProduceRequest()
-		req.Acks = -1
-		req.TimeoutMillis = 30000
-		rt := kmsg.NewProduceRequestTopic()
-		rt.Topic, rt.TopicID = topic, t.ID
-		for p := int32(0); p < partitions; p++ {
-			rp := kmsg.NewProduceRequestTopicPartition()
-			rp.Partition = p
-			rp.Records = batch
-			rt.Partitions = append(rt.Partitions, rp)
-		}
-		req.Topics = append(req.Topics, rt)
-		kresp, err := e.srcCl.Broker(int(t.Partitions[0].Leader)).Request(ctx, req)
-		if err != nil {
+		if err := e.produceRaw(ctx, topic, t, batch); err != nil {
 			return n, err
-		}
-		for _, rp := range kresp.(*kmsg.ProduceResponse).Topics[0].Partitions {
-			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
-				return n, fmt.Errorf("filling %s/%d: %w", topic, rp.Partition, err)
-			}
 		}
 		n += partitions
 	}
 	return n, nil
+}
+
+// produceRaw appends batch, a record batch with base offset 0 and no
+// producer id, to every partition of topic (t, all led by one broker) in
+// one produce request.
+func (e *env) produceRaw(ctx context.Context, topic string, t kadm.TopicDetail, batch []byte) error {
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks = -1
+	req.TimeoutMillis = 30000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic, rt.TopicID = topic, t.ID
+	for p := int32(0); p < int32(len(t.Partitions)); p++ {
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Partition = p
+		rp.Records = batch
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	kresp, err := e.srcCl.Broker(int(t.Partitions[0].Leader)).Request(ctx, req)
+	if err != nil {
+		return err
+	}
+	for _, rp := range kresp.(*kmsg.ProduceResponse).Topics[0].Partitions {
+		if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+			return fmt.Errorf("filling %s/%d: %w", topic, rp.Partition, err)
+		}
+	}
+	return nil
 }

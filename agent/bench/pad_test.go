@@ -2,15 +2,12 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kmirror/kmirror/internal/recordbatch"
 )
@@ -163,27 +160,8 @@ func fillEmpty(ctx context.Context, e *env, topic string, n int64) error {
 				return err
 			}
 		}
-		// One request for every partition (all on the one broker).
-		req := kmsg.NewPtrProduceRequest()
-		req.Acks = -1
-		req.TimeoutMillis = 30000
-		rt := kmsg.NewProduceRequestTopic()
-		rt.Topic, rt.TopicID = topic, t.ID
-		for p := int32(0); p < partitions; p++ {
-			rp := kmsg.NewProduceRequestTopicPartition()
-			rp.Partition = p
-			rp.Records = b
-			rt.Partitions = append(rt.Partitions, rp)
-		}
-		req.Topics = append(req.Topics, rt)
-		kresp, err := e.srcCl.Broker(int(t.Partitions[0].Leader)).Request(ctx, req)
-		if err != nil {
+		if err := e.produceRaw(ctx, topic, t, b); err != nil {
 			return err
-		}
-		for _, rp := range kresp.(*kmsg.ProduceResponse).Topics[0].Partitions {
-			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
-				return fmt.Errorf("filling %s/%d: %w", topic, rp.Partition, err)
-			}
 		}
 		done += k
 	}
