@@ -140,9 +140,7 @@ func failDuplicateMarker(t *testing.T) {
 			if got := ends(t, p.dstAdm, topic)[0]; got != 7 {
 				t.Fatalf("destination p0 end %d, want 7", got)
 			}
-			produceN(t, src, topic, 1, 10, "after failure", true)
-			p.waitMirroredParts(t, a, topic, []int32{1})
-			p.assertIdenticalParts(t, topic, []int32{1}, 20)
+			p.assertPartitionOneGoesOn(t, a, src, topic, 20)
 		})
 	}
 }
@@ -253,9 +251,7 @@ func failTimeoutAbort(t *testing.T) {
 	endTxn(t, ctx, open, false) // 8-9 aborted too, marker at 11
 	st := waitFailed(t, a, topic, 0, `the destination transaction was aborted \(transaction timeout\)`)
 	t.Logf("p0 FAILED: %s", st.Reason)
-	produceN(t, src, topic, 1, 10, "after failure", true)
-	p.waitMirroredParts(t, a, topic, []int32{1})
-	p.assertIdenticalParts(t, topic, []int32{1}, 15)
+	p.assertPartitionOneGoesOn(t, a, src, topic, 15)
 }
 
 // failDestinationTruncated: the destination loses the records of a mirror
@@ -452,9 +448,7 @@ func failSourceTruncated(t *testing.T) {
 		t.Fatalf("destination produce fault answered %d requests, lowered high watermark %d", nl.Hits(), lowHits.Load())
 	}
 	lowered.Store(-1)
-	produceN(t, src, topic, 1, 10, "after failure", true)
-	p.waitMirroredParts(t, a, topic, []int32{1})
-	p.assertIdenticalParts(t, topic, []int32{1}, 20)
+	p.assertPartitionOneGoesOn(t, a, src, topic, 20)
 	if got := ends(t, p.dstAdm, topic)[0]; got != 20 {
 		t.Fatalf("destination p0 end %d, want 20 (nothing written after the failure)", got)
 	}
@@ -487,9 +481,7 @@ func failKeyless(t *testing.T) {
 	if got := ends(t, p.dstAdm, topic)[0]; got != 5 {
 		t.Fatalf("destination p0 end %d, want 5 (the keyed records before the keyless ones)", got)
 	}
-	produceN(t, src, topic, 1, 10, "after failure", true)
-	p.waitMirroredParts(t, a, topic, []int32{1})
-	p.assertIdenticalParts(t, topic, []int32{1}, 20)
+	p.assertPartitionOneGoesOn(t, a, src, topic, 20)
 }
 
 // reportHanging: a source transaction stays open on partition 0, holding
@@ -721,6 +713,16 @@ func waitTxnState(t *testing.T, adm *kadm.Client, txnID, state string) {
 		}
 		time.Sleep(pollEvery)
 	}
+}
+
+// assertPartitionOneGoesOn checks that a failure of partition 0 does not
+// stop partition 1: ten more records written there are mirrored, and the
+// partition holds wantRecords identical records on both sides.
+func (p *pair) assertPartitionOneGoesOn(t *testing.T, a *agent, src *kgo.Client, topic string, wantRecords int64) {
+	t.Helper()
+	produceN(t, src, topic, 1, 10, "after failure", true)
+	p.waitMirroredParts(t, a, topic, []int32{1})
+	p.assertIdenticalParts(t, topic, []int32{1}, wantRecords)
 }
 
 // waitMirroredParts is waitMirrored for some partitions of topic only: each
