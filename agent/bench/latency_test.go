@@ -38,7 +38,7 @@ func BenchmarkLatency(b *testing.B) {
 	if err := deleteTopic(ctx, e.dstAdm, topic); err != nil {
 		b.Fatal(err)
 	}
-	_, stop, err := startAgent(ctx, e, "__kmirror_state_latency", topic)
+	_, stop, err := startAgent(ctx, e, "__kmirror_state_latency", "", topic)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -197,11 +197,13 @@ func storedBytes(ctx context.Context, adm *kadm.Client, topic string, parts int3
 }
 
 // startAgent runs an in-process coordinator (the agent minus its HTTP API)
-// mirroring topics from src into dst, with its own state topic.
-func startAgent(ctx context.Context, e *env, stateTopic string, topics ...string) (*coordinator.Coordinator, func(), error) {
+// mirroring topics from src into dst, with its own state topic and filler
+// method ("" for the default).
+func startAgent(ctx context.Context, e *env, stateTopic string, fillers partition.FillerMethod, topics ...string) (*coordinator.Coordinator, func(), error) {
 	co, err := coordinator.New(ctx, coordinator.Config{
 		Destination: []kgo.Opt{kgo.SeedBrokers(e.dstBoot...)},
 		StateTopic:  stateTopic,
+		Fillers:     fillers,
 		Logger:      hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Error, Output: os.Stderr}),
 	})
 	if err != nil {
@@ -216,12 +218,7 @@ func startAgent(ctx context.Context, e *env, stateTopic string, topics ...string
 		co.Close()
 		return nil, nil, err
 	}
-	stop := func() {
-		cancel()
-		<-done
-		co.Close()
-	}
-	return co, stop, nil
+	return co, func() { cancel(); <-done; co.Close() }, nil
 }
 
 // mirrored returns the destination offset summed over the partitions of

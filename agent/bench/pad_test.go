@@ -56,7 +56,7 @@ func BenchmarkPad(b *testing.B) {
 	}
 
 	start := time.Now()
-	_, stop, err := startAgent(ctx, e, "__kmirror_state_pad", topic)
+	_, stop, err := startAgent(ctx, e, "__kmirror_state_pad", "", topic)
 	if err != nil {
 		b.Fatal(err)
 	}

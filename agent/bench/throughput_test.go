@@ -228,7 +228,7 @@ func runMirrorOnce(ctx context.Context, b *testing.B, e *env, src source, run st
 	waitTopicGone(ctx, b, e, src.topic)
 	var r result
 	err := profile("mirror-"+run, func() error {
-		co, stop, err := startAgent(ctx, e, "__kmirror_state_"+run, src.topic)
+		co, stop, err := startAgent(ctx, e, "__kmirror_state_"+run, "", src.topic)
 		if err != nil {
 			return err
 		}

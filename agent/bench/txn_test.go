@@ -11,13 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kmirror/kmirror/agent/coordinator"
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/internal/workload"
 )
@@ -71,29 +69,6 @@ func countTxnRequests(kc *kfake.Cluster) (c *txnCounter, remove func()) {
 	return c, func() { c.removed.Store(true) }
 }
 
-// startAgentFillers is startAgent with a filler method.
-func startAgentFillers(ctx context.Context, e *env, stateTopic string, fillers partition.FillerMethod, topics ...string) (*coordinator.Coordinator, func(), error) {
-	co, err := coordinator.New(ctx, coordinator.Config{
-		Destination: []kgo.Opt{kgo.SeedBrokers(e.dstBoot...)},
-		StateTopic:  stateTopic,
-		Fillers:     fillers,
-		Logger:      hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Error, Output: os.Stderr}),
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { _ = co.Run(rctx); close(done) }()
-	if err := co.Apply(ctx, coordinator.MirrorSpec{Name: "bench", Source: coordinator.Source{BootstrapServers: e.srcBoot}, Topics: topics}); err != nil {
-		cancel()
-		<-done
-		co.Close()
-		return nil, nil, err
-	}
-	return co, func() { cancel(); <-done; co.Close() }, nil
-}
-
 // countedRun is one measured mirror run with the agent's transactional
 // requests counted over the whole copy.
 type countedRun struct {
@@ -117,7 +92,7 @@ func mirrorCounted(ctx context.Context, b *testing.B, e *env, src source, name, 
 	var r countedRun
 	err := profile(name+"-"+run, func() error {
 		start := time.Now()
-		co, stop, err := startAgentFillers(ctx, e, "__kmirror_state_"+run, fillers, src.topic)
+		co, stop, err := startAgent(ctx, e, "__kmirror_state_"+run, fillers, src.topic)
 		if err != nil {
 			return err
 		}
