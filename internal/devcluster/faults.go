@@ -325,9 +325,7 @@ func (c *Cluster) interceptEndTxn(removed func() bool, match func(*kmsg.EndTxnRe
 	after func(ctx context.Context, cl *kgo.Client, req *kmsg.EndTxnRequest, out endTxnOutcome)) {
 	var mine inflight
 	c.kc.ControlKey(int16(kmsg.EndTxn), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		c.kc.KeepControl()
-		if removed() {
-			c.kc.DropControl()
+		if !c.keepControl(removed) {
 			return nil, nil, false
 		}
 		req, ok := kreq.(*kmsg.EndTxnRequest)
@@ -858,11 +856,21 @@ func (h *ConcurrentTransactionsHandle) tracks(ids []string) bool {
 	return false
 }
 
+// keepControl keeps the running control function installed for the next
+// request, unless its fault was removed: then it drops it and returns false,
+// and the caller passes the request on.
+func (c *Cluster) keepControl(removed func() bool) bool {
+	c.kc.KeepControl()
+	if removed() {
+		c.kc.DropControl()
+		return false
+	}
+	return true
+}
+
 func (h *ConcurrentTransactionsHandle) onDescribe(kreq kmsg.Request) (kmsg.Response, error, bool) {
 	c := h.c
-	c.kc.KeepControl()
-	if h.removed.Load() {
-		c.kc.DropControl()
+	if !c.keepControl(h.removed.Load) {
 		return nil, nil, false
 	}
 	req, ok := kreq.(*kmsg.DescribeTransactionsRequest)
@@ -1057,9 +1065,7 @@ func newAlias(not int64) int64 {
 
 func (h *ProducerExpiry) onProduce(kreq kmsg.Request) (kmsg.Response, error, bool) {
 	c := h.c
-	c.kc.KeepControl()
-	if h.removed.Load() {
-		c.kc.DropControl()
+	if !c.keepControl(h.removed.Load) {
 		return nil, nil, false
 	}
 	req, ok := kreq.(*kmsg.ProduceRequest)
@@ -1284,9 +1290,7 @@ func produceKey(req *kmsg.ProduceRequest) string {
 
 func (h *LateRequestHandle) onProduce(kreq kmsg.Request) (kmsg.Response, error, bool) {
 	c := h.c
-	c.kc.KeepControl()
-	if h.removed.Load() {
-		c.kc.DropControl()
+	if !c.keepControl(h.removed.Load) {
 		return nil, nil, false
 	}
 	req, ok := kreq.(*kmsg.ProduceRequest)
