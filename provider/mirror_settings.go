@@ -10,6 +10,7 @@ package provider
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -334,12 +335,7 @@ func validateSettings(ctx context.Context, cfg tfsdk.Config) (diags diag.Diagnos
 			from[s.attr], values[s.attr] = path.Root(s.attr), v
 		}
 	}
-	keys := make([]string, 0, len(kv))
-	for k := range kv {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(kv)) {
 		at := path.Root(attrConfig).AtMapKey(k)
 		spec, err := fromConfig(k, kv[k])
 		if err != nil {
