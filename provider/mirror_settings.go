@@ -10,6 +10,7 @@ package provider
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -50,10 +51,11 @@ var configAttribute = map[string]string{
 }
 
 // listSetting is one list setting: its attribute, the config key that can
-// set it instead ("" for none), its field in the agent's spec and in
-// describe, and the default the agent reports for it.
+// set it instead ("" for none), its field in the resource's model, in the
+// agent's spec and in describe, and the default the agent reports for it.
 type listSetting struct {
 	attr, key string
+	model     func(*clusterMirrorModel) *types.List
 	spec      func(*mirrorapi.MirrorSpec) *[]string
 	described func(mirrorapi.Mirror) []string
 	def       func() []string
@@ -61,18 +63,23 @@ type listSetting struct {
 
 var listSettings = []listSetting{
 	{attrTopicConfigExclude, mirrorapi.ConfigTopicPropertiesExclude,
+		func(m *clusterMirrorModel) *types.List { return &m.TopicConfigExclude },
 		func(s *mirrorapi.MirrorSpec) *[]string { return &s.TopicConfigExclude },
 		func(m mirrorapi.Mirror) []string { return m.TopicConfigExclude }, topics.DefaultExclude},
 	{attrGroupsInclude, mirrorapi.ConfigGroupsInclude,
+		func(m *clusterMirrorModel) *types.List { return &m.GroupsInclude },
 		func(s *mirrorapi.MirrorSpec) *[]string { return &s.GroupsInclude },
 		func(m mirrorapi.Mirror) []string { return m.GroupsInclude }, func() []string { return slices.Clone(metasync.DefaultGroupsInclude) }},
 	{attrGroupsExclude, mirrorapi.ConfigGroupsExclude,
+		func(m *clusterMirrorModel) *types.List { return &m.GroupsExclude },
 		func(s *mirrorapi.MirrorSpec) *[]string { return &s.GroupsExclude },
 		func(m mirrorapi.Mirror) []string { return m.GroupsExclude }, func() []string { return []string{} }},
 	{attrACLInclude, mirrorapi.ConfigACLInclude,
+		func(m *clusterMirrorModel) *types.List { return &m.ACLInclude },
 		func(s *mirrorapi.MirrorSpec) *[]string { return &s.ACLInclude },
 		func(m mirrorapi.Mirror) []string { return m.ACLInclude }, func() []string { return slices.Clone(metasync.DefaultACLInclude) }},
 	{attrTopicRegex, "",
+		func(m *clusterMirrorModel) *types.List { return &m.TopicRegex },
 		func(s *mirrorapi.MirrorSpec) *[]string { return &s.TopicRegex },
 		func(m mirrorapi.Mirror) []string { return m.TopicRegex }, func() []string { return []string{} }},
 }
@@ -328,12 +335,7 @@ func validateSettings(ctx context.Context, cfg tfsdk.Config) (diags diag.Diagnos
 			from[s.attr], values[s.attr] = path.Root(s.attr), v
 		}
 	}
-	keys := make([]string, 0, len(kv))
-	for k := range kv {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(kv)) {
 		at := path.Root(attrConfig).AtMapKey(k)
 		spec, err := fromConfig(k, kv[k])
 		if err != nil {
@@ -393,8 +395,8 @@ func validateSettings(ctx context.Context, cfg tfsdk.Config) (diags diag.Diagnos
 // prior only those that differ from it (the agent keeps a field left out).
 func settingsToSpec(ctx context.Context, plan clusterMirrorModel, prior *clusterMirrorModel, spec *mirrorapi.MirrorSpec) {
 	for _, s := range listSettings {
-		l := plan.list(s.attr)
-		if prior != nil && l.Equal(prior.list(s.attr)) {
+		l := *s.model(&plan)
+		if prior != nil && l.Equal(*s.model(prior)) {
 			continue
 		}
 		if v, ok := knownStrings(ctx, l); ok {
@@ -419,7 +421,7 @@ func settingsFromAgent(ctx context.Context, model *clusterMirrorModel, m mirrora
 		}
 		l, d := types.ListValueFrom(ctx, types.StringType, v)
 		diags.Append(d...)
-		*model.listPtr(s.attr) = l
+		*s.model(model) = l
 	}
 	model.MetadataRefreshInterval = sameInterval(model.MetadataRefreshInterval, m.MetadataRefreshIntervalMs)
 	model.SourceClusterID = types.StringValue(m.SourceClusterID)
@@ -435,25 +437,7 @@ func settingsValues(ctx context.Context, m mirrorapi.Mirror) (map[string]attr.Va
 		"source_cluster_id": model.SourceClusterID,
 	}
 	for _, s := range listSettings {
-		out[s.attr] = model.list(s.attr)
+		out[s.attr] = *s.model(&model)
 	}
 	return out, diags
 }
-
-func (m *clusterMirrorModel) listPtr(attr string) *types.List {
-	switch attr {
-	case attrTopicConfigExclude:
-		return &m.TopicConfigExclude
-	case attrGroupsInclude:
-		return &m.GroupsInclude
-	case attrGroupsExclude:
-		return &m.GroupsExclude
-	case attrACLInclude:
-		return &m.ACLInclude
-	case attrTopicRegex:
-		return &m.TopicRegex
-	}
-	panic("no list setting " + attr)
-}
-
-func (m clusterMirrorModel) list(attr string) types.List { return *m.listPtr(attr) }

@@ -183,7 +183,9 @@ func newClient(cfg providerModel, getenv func(string) string) (*mirrorapi.Client
 		return nil, diags
 	case err != nil:
 		diags.AddAttributeError(path.Root("client_cert_pem"), "Invalid client certificate",
-			fmt.Sprintf("client_cert_pem and client_key_pem do not form a certificate and its key: %v", errors.Unwrap(err)))
+			// SetTLS wraps ErrClientCert and formats the cause (%v):
+			// the cause is in the message only.
+			"client_cert_pem and client_key_pem do not form a certificate and its key: "+strings.TrimPrefix(err.Error(), mirrorapi.ErrClientCert.Error()+": "))
 		return nil, diags
 	}
 	return c, diags

@@ -353,6 +353,12 @@ func TestNewClient(t *testing.T) {
 	if _, d = newClient(cfg("https://agent:8080", "", "not a pem"), env(nil)); !strings.Contains(errs(d), "Invalid CA certificate") {
 		t.Errorf("bad CA: %s", errs(d))
 	}
+	badPair := cfg("https://agent:8080", "", "")
+	badPair.ClientCertPEM, badPair.ClientKeyPEM = types.StringValue("not a pem"), types.StringValue("not a key")
+	// The diagnostic says why the pair does not load (crypto/tls's words).
+	if _, d = newClient(badPair, env(nil)); !strings.Contains(errs(d), "Invalid client certificate") || !strings.Contains(errs(d), "tls: failed to find any PEM data") {
+		t.Errorf("bad client certificate: %s", errs(d))
+	}
 	if _, d = newClient(cfg("http://agent.example:8080", "tok", ""), env(nil)); d.HasError() || d.WarningsCount() != 1 {
 		t.Errorf("token over http: want one warning, got %s", errs(d))
 	}

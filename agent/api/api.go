@@ -335,8 +335,9 @@ func (s *Server) create(b Backend, w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &in) {
 		return
 	}
-	spec := coordinator.MirrorSpec{Name: in.Name, Source: in.Source, Topics: in.Topics, TopicConfigExclude: in.TopicConfigExclude, TopicRegex: in.TopicRegex,
-		GroupsInclude: in.GroupsInclude, GroupsExclude: in.GroupsExclude, ACLInclude: in.ACLInclude, MetadataRefreshIntervalMs: in.MetadataRefreshIntervalMs}
+	// The two specs have the same fields: a conversion, not a field-by-field
+	// copy that drops a setting when one is added to both but not here.
+	spec := coordinator.MirrorSpec(in)
 	if err := b.Create(r.Context(), spec); err != nil {
 		s.fail(w, err)
 		return

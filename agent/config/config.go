@@ -111,13 +111,15 @@ func (c *Cluster) Conn() mirrorapi.Source {
 		return mirrorapi.Source{}
 	}
 	out := mirrorapi.Source{BootstrapServers: c.BootstrapServers, SecurityProtocol: c.SecurityProtocol}
-	if s := c.SASL; s != nil {
-		out.SASL = &mirrorapi.SourceSASL{Mechanism: s.Mechanism, Username: s.Username, Password: s.Password, Token: s.Token,
-			TokenEndpoint: s.TokenEndpoint, ClientID: s.ClientID, ClientSecret: s.ClientSecret, Scope: s.Scope}
+	// SASL and TLS have the fields of mirrorapi's types (only the tags
+	// differ): conversions keep the two in step at compile time.
+	if c.SASL != nil {
+		s := mirrorapi.SourceSASL(*c.SASL)
+		out.SASL = &s
 	}
-	if t := c.TLS; t != nil {
-		out.TLS = &mirrorapi.SourceTLS{CAPEM: t.CAPEM, CAFile: t.CAFile, CertPEM: t.CertPEM, CertFile: t.CertFile,
-			KeyPEM: t.KeyPEM, KeyFile: t.KeyFile, InsecureSkipVerify: t.InsecureSkipVerify, ServerName: t.ServerName}
+	if c.TLS != nil {
+		t := mirrorapi.SourceTLS(*c.TLS)
+		out.TLS = &t
 	}
 	return out
 }

@@ -134,11 +134,10 @@ func Validate(prefix string, c mirrorapi.Source) []string {
 		errs = append(errs, validateTLS(prefix+".tls", t)...)
 	}
 	for _, f := range secretFields(prefix, &c) {
-		switch {
-		case *f.v == mirrorapi.Redacted:
+		if *f.v == mirrorapi.Redacted {
 			errs = append(errs, fmt.Sprintf("%s: %q is how responses hide a secret; send the secret itself or a reference such as ${env:NAME}", f.name, mirrorapi.Redacted))
-		case secrets.CheckReference(*f.v) != nil:
-			errs = append(errs, fmt.Sprintf("%s: %v", f.name, secrets.CheckReference(*f.v)))
+		} else if err := secrets.CheckReference(*f.v); err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v", f.name, err))
 		}
 	}
 	return errs

@@ -21,12 +21,15 @@ import (
 // per connection.
 type tokenSource struct {
 	endpoint, clientID, secret, scope string
-	http                              *http.Client
 
 	mu      sync.Mutex
 	token   string
 	expires time.Time
 }
+
+// tokenClient calls token endpoints; one for all, so that connections to
+// an endpoint are reused.
+var tokenClient = &http.Client{Timeout: 30 * time.Second}
 
 // auth is oauth.Oauth's callback.
 func (s *tokenSource) auth(ctx context.Context) (oauth.Auth, error) {
@@ -57,11 +60,7 @@ func (s *tokenSource) fetch(ctx context.Context) (string, time.Duration, error) 
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Accept", "application/json")
 	req.SetBasicAuth(url.QueryEscape(s.clientID), url.QueryEscape(s.secret))
-	hc := s.http
-	if hc == nil {
-		hc = &http.Client{Timeout: 30 * time.Second}
-	}
-	resp, err := hc.Do(req)
+	resp, err := tokenClient.Do(req)
 	if err != nil {
 		return "", 0, fmt.Errorf("sasl.token_endpoint %s: %w", s.endpoint, err)
 	}

@@ -88,7 +88,7 @@ func Resolve(v string, box *Box) (string, error) {
 func fileValue(ref, path, key string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("%s: reading the properties file: %w", ref, pathErr(err))
+		return "", fmt.Errorf("%s: reading the properties file: %w", ref, err)
 	}
 	props := parseProperties(b)
 	v, ok := props[key]
@@ -96,16 +96,6 @@ func fileValue(ref, path, key string) (string, error) {
 		return "", fmt.Errorf("%s: the properties file %s has no key %q", ref, path, key)
 	}
 	return v, nil
-}
-
-// pathErr keeps the operation and path of a file error (its message cannot
-// hold the file's content).
-func pathErr(err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe
-	}
-	return err
 }
 
 // parseProperties reads a Java properties file, enough of the format for
@@ -214,7 +204,7 @@ func NewBox(key []byte) (*Box, error) {
 func LoadKeyFile(path string) (*Box, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("reading the secret key file: %w", pathErr(err))
+		return nil, fmt.Errorf("reading the secret key file: %w", err)
 	}
 	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
 		// Like ssh, refuse a key others can read.

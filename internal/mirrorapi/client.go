@@ -107,9 +107,7 @@ func (c *Client) Delete(ctx context.Context, name string, force bool) error {
 
 // AddTopics adds topics to mirror name (POST /v1/mirrors/{name}/topics).
 func (c *Client) AddTopics(ctx context.Context, name string, topics []string) (Mirror, error) {
-	var out Mirror
-	err := c.do(ctx, http.MethodPost, mirrorPath(name)+"/topics", AddTopicsRequest{Topics: topics}, &out)
-	return out, err
+	return c.AddTopicsWith(ctx, name, AddTopicsRequest{Topics: topics})
 }
 
 // AddTopicsWith adds what req says to mirror name (POST
@@ -150,7 +148,7 @@ func (c *Client) StopTopics(ctx context.Context, mirror string, topics []string,
 // RecoverTopics recovers failed topics of mirror (POST
 // /v1/mirrors/{name}/topics/recover); poll Mirror for the outcome.
 func (c *Client) RecoverTopics(ctx context.Context, mirror string, topics []string) error {
-	return c.do(ctx, http.MethodPost, mirrorPath(mirror)+"/topics/recover", TopicsRequest{Topics: topics}, nil)
+	return c.RecoverTopicsWith(ctx, mirror, TopicsRequest{Topics: topics})
 }
 
 // Offsets returns mirror name's last mirrored offsets (GET

@@ -2,6 +2,7 @@ package mirrorapi
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,12 +36,7 @@ func ConfigKeys() []string {
 // interval that is not a positive number of milliseconds is an error naming
 // it.
 func ApplyConfig(spec *MirrorSpec, kv map[string]string) error {
-	keys := make([]string, 0, len(kv))
-	for k := range kv {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(kv)) {
 		v := kv[k]
 		switch k {
 		case ConfigMetadataRefreshIntervalMs:

@@ -193,7 +193,7 @@ func runAgent(ctx context.Context, args []string) error {
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	l, err := lease.Open(startCtx, lease.Config{
-		Destination: run.destination(), Topic: cfg.StateTopic, AgentID: cfg.AgentID,
+		Destination: run.dstOpts, Topic: cfg.StateTopic, AgentID: cfg.AgentID,
 		Duration: duration, RequestTimeout: requestTimeout, Logger: log.Named("lease"),
 	})
 	if err != nil {
@@ -251,10 +251,6 @@ type agentRun struct {
 	standby func() string
 }
 
-func (r *agentRun) destination() []kgo.Opt {
-	return r.dstOpts
-}
-
 // term loads the state topic and runs the mirrors while t holds the lease
 // (for ever when t is nil: no lease), until ctx ends or the lease is lost.
 // It returns once every write of the term has returned; an error only when
@@ -275,7 +271,7 @@ func (r *agentRun) term(ctx context.Context, t *lease.Term) error {
 	startCtx, cancel := context.WithTimeout(runCtx, 60*time.Second)
 	defer cancel()
 	co, err := coordinator.New(startCtx, coordinator.Config{
-		Destination:     r.destination(),
+		Destination:     r.dstOpts,
 		SecretBox:       r.box,
 		StateTopic:      r.cfg.StateTopic,
 		BufferBytes:     r.cfg.BufferBytes,

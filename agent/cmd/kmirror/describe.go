@@ -154,7 +154,7 @@ func writeTable(w io.Writer, ms []mirrorapi.Mirror) error {
 			notes = append(notes, fmt.Sprintf("mirror %s: %s", m.Name, m.Error))
 		}
 		if t := m.Throttle; t != nil {
-			note := fmt.Sprintf("mirror %s: throttled to %d bytes/s (%s) on %s", m.Name, t.RateBytesPerSecond, humanRate(t.RateBytesPerSecond), strings.Join(t.Partitions, " "))
+			note := fmt.Sprintf("mirror %s: %s", m.Name, throttleSummary(*t))
 			if t.SourceQuota && t.SourceQuotaEntity != "" {
 				note += "; source quota on " + t.SourceQuotaEntity
 			}

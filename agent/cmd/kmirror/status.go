@@ -16,14 +16,16 @@ func init() {
 func runStatus(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("kmirror status", flag.ContinueOnError)
 	addr, token := agentFlags(fs)
-	output := fs.String("output", "table", "table or json")
+	output := outputFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *output != "table" && *output != "json" {
-		return fmt.Errorf("--output %q: use table or json", *output)
+	if err := checkOutput(*output); err != nil {
+		return err
 	}
-	st, err := mirrorapi.NewClient(*addr, *token).Agent(ctx)
+	// newClient applies the --ca-cert and --client-* flags agentFlags
+	// registered.
+	st, err := newClient(*addr, *token).Agent(ctx)
 	if err != nil {
 		return err
 	}

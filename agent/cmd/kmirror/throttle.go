@@ -125,7 +125,7 @@ func printThrottle(mirror string, t mirrorapi.Throttle, output string) error {
 	if output == "json" {
 		return printJSON(t)
 	}
-	fmt.Fprintf(stdout, "Mirror %s throttled to %d bytes/s (%s) on %s\n", mirror, t.RateBytesPerSecond, humanRate(t.RateBytesPerSecond), strings.Join(t.Partitions, " "))
+	fmt.Fprintf(stdout, "Mirror %s %s\n", mirror, throttleSummary(t))
 	if t.SourceQuota {
 		entity := t.SourceQuotaEntity
 		if entity == "" { // an agent from before the entity was recorded
@@ -134,4 +134,10 @@ func printThrottle(mirror string, t mirrorapi.Throttle, output string) error {
 		fmt.Fprintf(stdout, "Source quota: consumer_byte_rate=%d for %s\n", t.RateBytesPerSecond, entity)
 	}
 	return nil
+}
+
+// throttleSummary is a throttle's rate and partitions, as throttle and
+// describe print them.
+func throttleSummary(t mirrorapi.Throttle) string {
+	return fmt.Sprintf("throttled to %d bytes/s (%s) on %s", t.RateBytesPerSecond, humanRate(t.RateBytesPerSecond), strings.Join(t.Partitions, " "))
 }
