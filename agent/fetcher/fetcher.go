@@ -485,6 +485,7 @@ func (f *Fetcher) buildRequest(ctx context.Context, broker int32, sess *session)
 	avail, freed := f.opts.Budget.Available()
 	thr := f.opts.Throttle
 	thrOK, thrWait, thrChanged := thr.ready()
+	thrScope := thr.scope()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	wake := f.wake
@@ -500,7 +501,7 @@ func (f *Fetcher) buildRequest(ctx context.Context, broker int32, sess *session)
 		if p.queued >= f.opts.PartitionQueue || p.held >= int64(p.maxBytes)*2 {
 			continue
 		}
-		if thr.Applies(tp) {
+		if thrScope.applies(tp) {
 			if !thrOK {
 				// Left out, like a paused partition, until the
 				// throttle's bucket refills.
@@ -655,6 +656,7 @@ func (f *Fetcher) handleResponse(ctx context.Context, broker int32, sess *sessio
 			sess.reset()
 		}
 	}()
+	thrScope := f.opts.Throttle.scope()
 	idTopics := map[[16]byte]string{}
 	for _, rt := range resp.Topics {
 		topic := rt.Topic
@@ -712,7 +714,7 @@ func (f *Fetcher) handleResponse(ctx context.Context, broker int32, sess *sessio
 				staleSession = true
 				continue
 			}
-			throttled := f.opts.Throttle.Applies(tp)
+			throttled := thrScope.applies(tp)
 			if len(whole) == 0 && len(rp.RecordBatches) > 0 {
 				// The next batch is larger than the partition's share:
 				// ask for more next time.

@@ -96,13 +96,28 @@ func (t *Throttle) ThrottledTime() time.Duration {
 }
 
 // Applies says whether tp is throttled.
-func (t *Throttle) Applies(tp TP) bool {
+func (t *Throttle) Applies(tp TP) bool { return t.scope().applies(tp) }
+
+// throttleScope is the set of throttled partitions at one moment. The fetch
+// path takes one per request or response, under one lock, rather than a
+// lock for every partition it looks at.
+type throttleScope struct {
+	on, all bool
+	// parts is the Throttle's map itself: Set replaces the map rather
+	// than change it, so reading it without the lock is safe.
+	parts map[TP]bool
+}
+
+func (s throttleScope) applies(tp TP) bool { return s.on && (s.all || s.parts[tp]) }
+
+// scope returns the partitions throttled now; none for a nil Throttle.
+func (t *Throttle) scope() throttleScope {
 	if t == nil {
-		return false
+		return throttleScope{}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.rate > 0 && (t.all || t.parts[tp])
+	return throttleScope{on: t.rate > 0, all: t.all, parts: t.parts}
 }
 
 // minChunk is the smallest per-partition fetch size of a throttled
