@@ -398,7 +398,8 @@ func (c *Coordinator) gate() error {
 	return c.cfg.Gate()
 }
 
-// sourceOpts returns the client options for a mirror's source.
+// sourceOpts are the options of every source client of a mirror: its
+// connection, and the client id its source quota names.
 func (c *Coordinator) sourceOpts(spec MirrorSpec) ([]kgo.Opt, error) {
 	var opts []kgo.Opt
 	if c.cfg.SourceOpts != nil {

@@ -283,10 +283,8 @@ func (c *Coordinator) setSourceQuota(ctx context.Context, spec MirrorSpec, entit
 	return nil
 }
 
-// sourceOpts are the options of every source client of a mirror: its
-// connection, and the client id its source quota names.
-// throttleStatus is what describe shows of the mirror's throttle and
-// fetches; m.mu must be held.
+// throttleStatusLocked puts into st what describe shows of the mirror's
+// throttle and fetches; m.mu must be held.
 func (m *mirror) throttleStatusLocked(st *MirrorStatus) {
 	if m.throttleSpec != nil {
 		t := *m.throttleSpec
