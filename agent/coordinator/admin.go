@@ -265,6 +265,13 @@ func (c *Coordinator) Delete(ctx context.Context, name string, force bool) error
 	return nil
 }
 
+// running returns mirror name's run, nil when it does not run.
+func (c *Coordinator) running(name string) *mirror {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mirrors[name]
+}
+
 // stop ends mirror name's run and waits until its partitions have stopped.
 func (c *Coordinator) stop(name string) {
 	c.mu.Lock()
@@ -298,20 +305,15 @@ func (c *Coordinator) start(name string) {
 // restart stops mirror name and runs it again from its persisted record.
 // The source cluster id it last read stays in describe until it reconnects.
 func (c *Coordinator) restart(name string) {
-	running := func() *mirror {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.mirrors[name]
-	}
 	var id string
-	if m := running(); m != nil {
+	if m := c.running(name); m != nil {
 		m.mu.Lock()
 		id = m.sourceClusterID
 		m.mu.Unlock()
 	}
 	c.stop(name)
 	c.start(name)
-	if m := running(); m != nil {
+	if m := c.running(name); m != nil {
 		m.mu.Lock()
 		if m.sourceClusterID == "" {
 			m.sourceClusterID = id

@@ -158,10 +158,7 @@ func (c *Coordinator) followSourceUser(ctx context.Context, name string) {
 
 // applyThrottle makes mirror name's fetchers follow t (nil: no throttle).
 func (c *Coordinator) applyThrottle(name string, t *mirrorapi.Throttle) {
-	c.mu.Lock()
-	m, ok := c.mirrors[name]
-	c.mu.Unlock()
-	if ok {
+	if m := c.running(name); m != nil {
 		m.setThrottle(t)
 	}
 }
