@@ -195,11 +195,17 @@ func (c *Coordinator) AddTopicsWith(ctx context.Context, name string, req AddReq
 		return err
 	}
 	if req.Failback {
-		for _, check := range []bool{true, false} {
-			for _, t := range req.Topics {
-				if err := c.prepareFailback(ctx, spec, t, req.Recreate, check); err != nil {
-					return err
-				}
+		plans := make([]failbackPlan, 0, len(req.Topics))
+		for _, t := range req.Topics {
+			plan, err := c.planFailback(ctx, spec, t, req.Recreate)
+			if err != nil {
+				return err
+			}
+			plans = append(plans, plan)
+		}
+		for _, plan := range plans {
+			if err := c.applyFailback(ctx, spec.Name, plan); err != nil {
+				return err
 			}
 		}
 	}
