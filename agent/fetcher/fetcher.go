@@ -390,6 +390,10 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 	sess.reset()
 	backoff := 50 * time.Millisecond
 	counters := f.opts.Counters
+	// mayBeFailing: the broker may be counted as failing, by this loop or
+	// by an earlier one, so a success must clear it. Kept here so that a
+	// steady run of successes does not take f.mu for it at every fetch.
+	mayBeFailing := true
 	for ctx.Err() == nil {
 		req, gens, wait := f.buildRequest(ctx, broker, &sess)
 		if req == nil {
@@ -418,6 +422,7 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 			stats.errors.Add(1)
 			counters.Errors.Add(1)
 			f.setFailing(ctx, broker, true)
+			mayBeFailing = true
 			log.Debug("fetch failed", "error", err)
 			sess.reset()
 			f.invalidateBroker(broker)
@@ -431,6 +436,7 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 			stats.errors.Add(1)
 			counters.Errors.Add(1)
 			f.setFailing(ctx, broker, true)
+			mayBeFailing = true
 			log.Debug("fetch session error", "error", err)
 			sess.reset()
 			if !errors.Is(err, kerr.FetchSessionIDNotFound) && !errors.Is(err, kerr.InvalidFetchSessionEpoch) {
@@ -440,7 +446,10 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 			continue
 		}
 		backoff = 50 * time.Millisecond
-		f.setFailing(ctx, broker, false)
+		if mayBeFailing {
+			f.setFailing(ctx, broker, false)
+			mayBeFailing = false
+		}
 		if req.SessionEpoch == 0 {
 			// 0 when the broker keeps no session for us: every
 			// fetch is then a full one.
