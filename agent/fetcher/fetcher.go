@@ -493,8 +493,7 @@ func (f *Fetcher) stopLoopLocked(broker int32) {
 func (f *Fetcher) buildRequest(ctx context.Context, broker int32, sess *session) (*kmsg.FetchRequest, map[TP]uint64, <-chan struct{}) {
 	avail, freed := f.opts.Budget.Available()
 	thr := f.opts.Throttle
-	thrOK, thrWait, thrChanged := thr.ready()
-	thrScope := thr.scope()
+	thrScope, thrOK, thrWait, thrChanged := thr.readyScope()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	wake := f.wake
