@@ -195,11 +195,17 @@ func (c *Coordinator) AddTopicsWith(ctx context.Context, name string, req AddReq
 		return err
 	}
 	if req.Failback {
-		for _, check := range []bool{true, false} {
-			for _, t := range req.Topics {
-				if err := c.prepareFailback(ctx, spec, t, req.Recreate, check); err != nil {
-					return err
-				}
+		plans := make([]failbackPlan, 0, len(req.Topics))
+		for _, t := range req.Topics {
+			plan, err := c.planFailback(ctx, spec, t, req.Recreate)
+			if err != nil {
+				return err
+			}
+			plans = append(plans, plan)
+		}
+		for _, plan := range plans {
+			if err := c.applyFailback(ctx, spec.Name, plan); err != nil {
+				return err
 			}
 		}
 	}
@@ -265,6 +271,13 @@ func (c *Coordinator) Delete(ctx context.Context, name string, force bool) error
 	return nil
 }
 
+// running returns mirror name's run, nil when it does not run.
+func (c *Coordinator) running(name string) *mirror {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mirrors[name]
+}
+
 // stop ends mirror name's run and waits until its partitions have stopped.
 func (c *Coordinator) stop(name string) {
 	c.mu.Lock()
@@ -298,20 +311,15 @@ func (c *Coordinator) start(name string) {
 // restart stops mirror name and runs it again from its persisted record.
 // The source cluster id it last read stays in describe until it reconnects.
 func (c *Coordinator) restart(name string) {
-	running := func() *mirror {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.mirrors[name]
-	}
 	var id string
-	if m := running(); m != nil {
+	if m := c.running(name); m != nil {
 		m.mu.Lock()
 		id = m.sourceClusterID
 		m.mu.Unlock()
 	}
 	c.stop(name)
 	c.start(name)
-	if m := running(); m != nil {
+	if m := c.running(name); m != nil {
 		m.mu.Lock()
 		if m.sourceClusterID == "" {
 			m.sourceClusterID = id

@@ -29,6 +29,7 @@ import (
 	"github.com/kmirror/kmirror/agent/readonly"
 	"github.com/kmirror/kmirror/agent/secrets"
 	"github.com/kmirror/kmirror/agent/statestore"
+	"github.com/kmirror/kmirror/agent/topics"
 	"github.com/kmirror/kmirror/agent/writer"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
@@ -98,7 +99,7 @@ func (s MirrorSpec) Validate() error {
 		}
 		seen[t] = true
 	}
-	errs = append(errs, validateTopicRegex(s.TopicRegex)...)
+	errs = append(errs, topics.ValidateRegex(s.TopicRegex)...)
 	if _, err := metasync.NewFilter(s.GroupsInclude, s.GroupsExclude); err != nil {
 		errs = append(errs, err.Error()+"; use a Go (RE2) regular expression matching whole group ids")
 	}
@@ -398,7 +399,8 @@ func (c *Coordinator) gate() error {
 	return c.cfg.Gate()
 }
 
-// sourceOpts returns the client options for a mirror's source.
+// sourceOpts are the options of every source client of a mirror: its
+// connection, and the client id its source quota names.
 func (c *Coordinator) sourceOpts(spec MirrorSpec) ([]kgo.Opt, error) {
 	var opts []kgo.Opt
 	if c.cfg.SourceOpts != nil {

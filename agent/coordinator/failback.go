@@ -105,80 +105,88 @@ func failbackRefused(topic, format string, a ...any) error {
 	return fmt.Errorf("failback of topic %q: %s: %w", topic, fmt.Sprintf(format, a...), ErrFailbackRefused)
 }
 
-// prepareFailback checks that topic can be mirrored back from spec's source
-// into the destination, does what recreate asks (side topic, delete), and
-// persists the failback record that the partition mirrors start from. It
-// changes nothing when it refuses.
-//
-// With check set it only checks: AddTopicsWith checks every topic of a
-// failback before it prepares any, so that a refusal changes nothing.
-func (c *Coordinator) prepareFailback(ctx context.Context, spec MirrorSpec, topic string, recreate, check bool) error {
+// failbackPlan is what planFailback found for one topic, and what
+// applyFailback does with it.
+type failbackPlan struct {
+	topic string
+	rec   failbackRecord
+	// exists: the destination has the topic; partitions is its partition
+	// count; diverged: some partition took records the source does not
+	// have, which recreate moves aside.
+	exists     bool
+	partitions int32
+	diverged   bool
+}
+
+// planFailback checks that topic can be mirrored back from spec's source
+// into the destination, and works out the failback record that the
+// partition mirrors start from. It changes nothing: AddTopicsWith plans
+// every topic of a failback before it applies any, so that a refusal
+// changes nothing.
+func (c *Coordinator) planFailback(ctx context.Context, spec MirrorSpec, topic string, recreate bool) (failbackPlan, error) {
+	var none failbackPlan
 	srcOpts, err := c.sourceOpts(spec)
 	if err != nil {
-		return fmt.Errorf("failback of topic %q: connecting to the source: %w", topic, err)
+		return none, fmt.Errorf("failback of topic %q: connecting to the source: %w", topic, err)
 	}
 	state, err := statestore.Read(ctx, srcOpts, c.store.Topic())
 	if errors.Is(err, statestore.ErrNoStateTopic) {
-		return failbackRefused(topic, "the source cluster has no state topic %q, so no agent mirrored topics into it: a failback mirrors back a topic that was mirrored into the source cluster and stopped there; to mirror into an existing topic from scratch, delete it on the destination first", c.store.Topic())
+		return none, failbackRefused(topic, "the source cluster has no state topic %q, so no agent mirrored topics into it: a failback mirrors back a topic that was mirrored into the source cluster and stopped there; to mirror into an existing topic from scratch, delete it on the destination first", c.store.Topic())
 	}
 	if err != nil {
-		return fmt.Errorf("failback of topic %q: reading the last mirrored offsets from the source: %w", topic, err)
+		return none, fmt.Errorf("failback of topic %q: reading the last mirrored offsets from the source: %w", topic, err)
 	}
 	srcMirror, lmos, err := stoppedOnSource(state, topic)
 	if err != nil {
-		return err
+		return none, err
 	}
 	srcCl, err := kgo.NewClient(srcOpts...)
 	if err != nil {
-		return fmt.Errorf("failback of topic %q: connecting to the source: %w", topic, err)
+		return none, fmt.Errorf("failback of topic %q: connecting to the source: %w", topic, err)
 	}
 	defer srcCl.Close()
 	srcTopics, err := kadm.NewClient(srcCl).ListTopics(ctx, topic)
 	if err != nil {
-		return fmt.Errorf("failback of topic %q: reading the source topic: %w", topic, err)
+		return none, fmt.Errorf("failback of topic %q: reading the source topic: %w", topic, err)
 	}
 	std, ok := srcTopics[topic]
 	if !ok || std.Err != nil {
-		return failbackRefused(topic, "the source cluster has no topic %q (its mirror %q stopped it, but it is gone)", topic, srcMirror)
+		return none, failbackRefused(topic, "the source cluster has no topic %q (its mirror %q stopped it, but it is gone)", topic, srcMirror)
 	}
 	srcParts := int32(len(std.Partitions))
 
 	rec := failbackRecord{SourceMirror: srcMirror, Partitions: map[int32]failbackPartition{}, At: time.Now().UTC()}
 	dtds, err := c.dstAdm.ListTopics(ctx, topic)
 	if err != nil {
-		return fmt.Errorf("failback of topic %q: reading the destination topic: %w", topic, err)
+		return none, fmt.Errorf("failback of topic %q: reading the destination topic: %w", topic, err)
 	}
 	dtd, exists := dtds[topic]
 	if exists && errors.Is(dtd.Err, kerr.UnknownTopicOrPartition) {
 		exists = false
 	} else if exists && dtd.Err != nil {
-		return fmt.Errorf("failback of topic %q: reading the destination topic: %w", topic, dtd.Err)
+		return none, fmt.Errorf("failback of topic %q: reading the destination topic: %w", topic, dtd.Err)
 	}
 	if !exists {
 		// Nothing to resume: the mirror creates the topic and mirrors
 		// it whole, like any new mirror topic.
-		if check {
-			return nil
-		}
-		c.log.Info("failback: the destination has no such topic; mirroring it whole", "topic", topic, "source_mirror", srcMirror)
-		return c.putFailback(ctx, spec.Name, topic, rec)
+		return failbackPlan{topic: topic, rec: rec}, nil
 	}
 	if n := int32(len(dtd.Partitions)); n > srcParts {
-		return failbackRefused(topic, "the destination topic has %d partitions, the source topic %d; a mirror topic cannot have more partitions than its source", n, srcParts)
+		return none, failbackRefused(topic, "the destination topic has %d partitions, the source topic %d; a mirror topic cannot have more partitions than its source", n, srcParts)
 	}
 	ends, err := c.dstAdm.ListEndOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
-		return fmt.Errorf("failback of topic %q: reading the destination log ends: %w", topic, err)
+		return none, fmt.Errorf("failback of topic %q: reading the destination log ends: %w", topic, err)
 	}
 	stables, err := c.dstAdm.ListCommittedOffsets(ctx, topic)
 	if err == nil {
 		err = stables.Error()
 	}
 	if err != nil {
-		return fmt.Errorf("failback of topic %q: reading the destination last stable offsets: %w", topic, err)
+		return none, fmt.Errorf("failback of topic %q: reading the destination last stable offsets: %w", topic, err)
 	}
 	var diverged []string
 	for p := range dtd.Partitions {
@@ -195,7 +203,7 @@ func (c *Coordinator) prepareFailback(ctx context.Context, spec MirrorSpec, topi
 			// source's: check the last of them.
 			at, why, err := c.firstDifference(ctx, srcCl, topic, p, end.Offset)
 			if err != nil {
-				return fmt.Errorf("failback of topic %q: comparing partition %d's records before offset %d with the source: %w", topic, p, end.Offset, err)
+				return none, fmt.Errorf("failback of topic %q: comparing partition %d's records before offset %d with the source: %w", topic, p, end.Offset, err)
 			}
 			if at >= 0 {
 				fp.DivergentFrom = at
@@ -206,7 +214,7 @@ func (c *Coordinator) prepareFailback(ctx context.Context, spec MirrorSpec, topi
 	}
 	slices.Sort(diverged)
 	if len(diverged) > 0 && !recreate {
-		return failbackRefused(topic, "the destination (the old primary) holds records the source does not have at the same offsets: %s. Those records cannot be removed from the log and would sit where the source has other records. Add the topic again with recreate (kmirror add --failback --recreate) to copy them to a side topic %s.kmirror-divergent-<unix time>, recreate the topic and mirror it from the source",
+		return none, failbackRefused(topic, "the destination (the old primary) holds records the source does not have at the same offsets: %s. Those records cannot be removed from the log and would sit where the source has other records. Add the topic again with recreate (kmirror add --failback --recreate) to copy them to a side topic %s.kmirror-divergent-<unix time>, recreate the topic and mirror it from the source",
 			strings.Join(diverged, "; "), topic)
 	}
 	if len(diverged) > 0 {
@@ -216,15 +224,23 @@ func (c *Coordinator) prepareFailback(ctx context.Context, spec MirrorSpec, topi
 			}
 			ls, _ := stables.Lookup(topic, p)
 			if ls.Offset < fp.End {
-				return failbackRefused(topic, "partition %d has a transaction open at offset %d in the records written after the last mirrored offset; add the failback again once it is decided", p, ls.Offset)
+				return none, failbackRefused(topic, "partition %d has a transaction open at offset %d in the records written after the last mirrored offset; add the failback again once it is decided", p, ls.Offset)
 			}
 		}
 	}
-	if check {
-		return nil
+	return failbackPlan{topic: topic, rec: rec, exists: true, partitions: int32(len(dtd.Partitions)), diverged: len(diverged) > 0}, nil
+}
+
+// applyFailback does what plan asks (with recreate, the side topic and the
+// delete) and persists its failback record.
+func (c *Coordinator) applyFailback(ctx context.Context, mirror string, plan failbackPlan) error {
+	topic, rec := plan.topic, plan.rec
+	if !plan.exists {
+		c.log.Info("failback: the destination has no such topic; mirroring it whole", "topic", topic, "source_mirror", rec.SourceMirror)
+		return c.putFailback(ctx, mirror, topic, rec)
 	}
-	if len(diverged) > 0 {
-		if err := c.moveDivergent(ctx, topic, int32(len(dtd.Partitions)), &rec); err != nil {
+	if plan.diverged {
+		if err := c.moveDivergent(ctx, topic, plan.partitions, &rec); err != nil {
 			return err
 		}
 	}
@@ -236,8 +252,8 @@ func (c *Coordinator) prepareFailback(ctx context.Context, spec MirrorSpec, topi
 		}
 		c.log.Warn("failback: removed the DENY WRITE ACL on the topic (the promote's source fence): the agent is not a super user of the destination and could not write through it", "topic", topic)
 	}
-	c.log.Info("failback prepared", "topic", topic, "source_mirror", srcMirror, "recreated", rec.Recreated, "divergent_topic", rec.DivergentTopic, "divergent_records", rec.DivergentRecords)
-	return c.putFailback(ctx, spec.Name, topic, rec)
+	c.log.Info("failback prepared", "topic", topic, "source_mirror", rec.SourceMirror, "recreated", rec.Recreated, "divergent_topic", rec.DivergentTopic, "divergent_records", rec.DivergentRecords)
+	return c.putFailback(ctx, mirror, topic, rec)
 }
 
 // putFailback persists rec; a side topic of an earlier attempt that got as

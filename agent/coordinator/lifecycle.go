@@ -116,10 +116,11 @@ func (c *Coordinator) RecoverTopics(ctx context.Context, name string, topics []s
 // it again with the same partitions and configs, then mirrors it from the
 // source's log start (recreate.go).
 func (c *Coordinator) RecoverTopicsWith(ctx context.Context, name string, topics []string, recreate bool) error {
+	op := partition.OpRecover
 	if recreate {
-		return c.lifecycle(ctx, name, topics, partition.OpRecoverRecreate)
+		op = partition.OpRecoverRecreate
 	}
-	return c.lifecycle(ctx, name, topics, partition.OpRecover)
+	return c.lifecycle(ctx, name, topics, op)
 }
 
 // target is one partition an operation moves.
@@ -135,9 +136,7 @@ func (c *Coordinator) lifecycle(ctx context.Context, name string, topics []strin
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	m := c.mirrors[name]
-	c.mu.Unlock()
+	m := c.running(name)
 	if !ok || m == nil {
 		return fmt.Errorf("mirror %q: %w", name, ErrMirrorNotFound)
 	}

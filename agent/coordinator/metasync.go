@@ -36,9 +36,13 @@ const finalSyncTimeout = 5 * time.Second
 // agent's.
 func (m *mirror) interval() time.Duration {
 	m.mu.Lock()
-	ms := m.spec.MetadataRefreshIntervalMs
-	m.mu.Unlock()
-	if ms > 0 {
+	defer m.mu.Unlock()
+	return m.intervalLocked()
+}
+
+// intervalLocked is interval with m.mu held.
+func (m *mirror) intervalLocked() time.Duration {
+	if ms := m.spec.MetadataRefreshIntervalMs; ms > 0 {
 		return time.Duration(ms) * time.Millisecond
 	}
 	return m.c.cfg.RefreshInterval

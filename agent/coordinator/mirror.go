@@ -552,8 +552,5 @@ func (m *mirror) settingsLocked(st *MirrorStatus) {
 	st.GroupsInclude = orDefault(m.spec.GroupsInclude, metasync.DefaultGroupsInclude)
 	st.GroupsExclude = orDefault(m.spec.GroupsExclude, []string{})
 	st.ACLInclude = orDefault(m.spec.ACLInclude, metasync.DefaultACLInclude)
-	st.MetadataRefreshIntervalMs = m.c.cfg.RefreshInterval.Milliseconds()
-	if ms := m.spec.MetadataRefreshIntervalMs; ms > 0 {
-		st.MetadataRefreshIntervalMs = ms
-	}
+	st.MetadataRefreshIntervalMs = m.intervalLocked().Milliseconds()
 }

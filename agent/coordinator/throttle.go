@@ -158,10 +158,7 @@ func (c *Coordinator) followSourceUser(ctx context.Context, name string) {
 
 // applyThrottle makes mirror name's fetchers follow t (nil: no throttle).
 func (c *Coordinator) applyThrottle(name string, t *mirrorapi.Throttle) {
-	c.mu.Lock()
-	m, ok := c.mirrors[name]
-	c.mu.Unlock()
-	if ok {
+	if m := c.running(name); m != nil {
 		m.setThrottle(t)
 	}
 }
@@ -283,10 +280,8 @@ func (c *Coordinator) setSourceQuota(ctx context.Context, spec MirrorSpec, entit
 	return nil
 }
 
-// sourceOpts are the options of every source client of a mirror: its
-// connection, and the client id its source quota names.
-// throttleStatus is what describe shows of the mirror's throttle and
-// fetches; m.mu must be held.
+// throttleStatusLocked puts into st what describe shows of the mirror's
+// throttle and fetches; m.mu must be held.
 func (m *mirror) throttleStatusLocked(st *MirrorStatus) {
 	if m.throttleSpec != nil {
 		t := *m.throttleSpec

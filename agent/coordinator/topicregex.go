@@ -17,20 +17,13 @@ import (
 	"github.com/kmirror/kmirror/agent/topics"
 )
 
-// validateTopicRegex says what is wrong with each of res.
-func validateTopicRegex(res []string) []string { return topics.ValidateRegex(res) }
-
-// compileTopicRegex compiles re anchored at both ends, so that it matches
-// whole topic names as Kafka's include lists do.
-func compileTopicRegex(re string) (*regexp.Regexp, error) { return topics.CompileRegex(re) }
-
 // matchTopics returns the names that match one of res, sorted, internal
 // topics left out.
 func matchTopics(res []string, names []string) []string {
 	var out []string
 	var compiled []*regexp.Regexp
 	for _, re := range res {
-		if c, err := compileTopicRegex(re); err == nil {
+		if c, err := topics.CompileRegex(re); err == nil {
 			compiled = append(compiled, c)
 		}
 	}

@@ -390,6 +390,10 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 	sess.reset()
 	backoff := 50 * time.Millisecond
 	counters := f.opts.Counters
+	// mayBeFailing: the broker may be counted as failing, by this loop or
+	// by an earlier one, so a success must clear it. Kept here so that a
+	// steady run of successes does not take f.mu for it at every fetch.
+	mayBeFailing := true
 	for ctx.Err() == nil {
 		req, gens, wait := f.buildRequest(ctx, broker, &sess)
 		if req == nil {
@@ -418,6 +422,7 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 			stats.errors.Add(1)
 			counters.Errors.Add(1)
 			f.setFailing(ctx, broker, true)
+			mayBeFailing = true
 			log.Debug("fetch failed", "error", err)
 			sess.reset()
 			f.invalidateBroker(broker)
@@ -431,6 +436,7 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 			stats.errors.Add(1)
 			counters.Errors.Add(1)
 			f.setFailing(ctx, broker, true)
+			mayBeFailing = true
 			log.Debug("fetch session error", "error", err)
 			sess.reset()
 			if !errors.Is(err, kerr.FetchSessionIDNotFound) && !errors.Is(err, kerr.InvalidFetchSessionEpoch) {
@@ -440,7 +446,10 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 			continue
 		}
 		backoff = 50 * time.Millisecond
-		f.setFailing(ctx, broker, false)
+		if mayBeFailing {
+			f.setFailing(ctx, broker, false)
+			mayBeFailing = false
+		}
 		if req.SessionEpoch == 0 {
 			// 0 when the broker keeps no session for us: every
 			// fetch is then a full one.
@@ -484,7 +493,7 @@ func (f *Fetcher) stopLoopLocked(broker int32) {
 func (f *Fetcher) buildRequest(ctx context.Context, broker int32, sess *session) (*kmsg.FetchRequest, map[TP]uint64, <-chan struct{}) {
 	avail, freed := f.opts.Budget.Available()
 	thr := f.opts.Throttle
-	thrOK, thrWait, thrChanged := thr.ready()
+	thrScope, thrOK, thrWait, thrChanged := thr.readyScope()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	wake := f.wake
@@ -500,7 +509,7 @@ func (f *Fetcher) buildRequest(ctx context.Context, broker int32, sess *session)
 		if p.queued >= f.opts.PartitionQueue || p.held >= int64(p.maxBytes)*2 {
 			continue
 		}
-		if thr.Applies(tp) {
+		if thrScope.applies(tp) {
 			if !thrOK {
 				// Left out, like a paused partition, until the
 				// throttle's bucket refills.
@@ -655,6 +664,7 @@ func (f *Fetcher) handleResponse(ctx context.Context, broker int32, sess *sessio
 			sess.reset()
 		}
 	}()
+	thrScope := f.opts.Throttle.scope()
 	idTopics := map[[16]byte]string{}
 	for _, rt := range resp.Topics {
 		topic := rt.Topic
@@ -712,7 +722,7 @@ func (f *Fetcher) handleResponse(ctx context.Context, broker int32, sess *sessio
 				staleSession = true
 				continue
 			}
-			throttled := f.opts.Throttle.Applies(tp)
+			throttled := thrScope.applies(tp)
 			if len(whole) == 0 && len(rp.RecordBatches) > 0 {
 				// The next batch is larger than the partition's share:
 				// ask for more next time.

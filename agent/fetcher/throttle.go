@@ -96,13 +96,32 @@ func (t *Throttle) ThrottledTime() time.Duration {
 }
 
 // Applies says whether tp is throttled.
-func (t *Throttle) Applies(tp TP) bool {
+func (t *Throttle) Applies(tp TP) bool { return t.scope().applies(tp) }
+
+// throttleScope is the set of throttled partitions at one moment. The fetch
+// path takes one per request or response, under one lock, rather than a
+// lock for every partition it looks at.
+type throttleScope struct {
+	on, all bool
+	// parts is the Throttle's map itself: Set replaces the map rather
+	// than change it, so reading it without the lock is safe.
+	parts map[TP]bool
+}
+
+func (s throttleScope) applies(tp TP) bool { return s.on && (s.all || s.parts[tp]) }
+
+func (t *Throttle) scopeLocked() throttleScope {
+	return throttleScope{on: t.rate > 0, all: t.all, parts: t.parts}
+}
+
+// scope returns the partitions throttled now; none for a nil Throttle.
+func (t *Throttle) scope() throttleScope {
 	if t == nil {
-		return false
+		return throttleScope{}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.rate > 0 && (t.all || t.parts[tp])
+	return t.scopeLocked()
 }
 
 // minChunk is the smallest per-partition fetch size of a throttled
@@ -147,21 +166,28 @@ func (t *Throttle) refillLocked(now time.Time) {
 // ready says whether throttled partitions may be fetched now; when not, it
 // returns how long until they may, and a channel closed by the next Set.
 func (t *Throttle) ready() (ok bool, wait time.Duration, changed <-chan struct{}) {
+	_, ok, wait, changed = t.readyScope()
+	return ok, wait, changed
+}
+
+// readyScope is ready and scope under one lock, for a fetch request.
+func (t *Throttle) readyScope() (s throttleScope, ok bool, wait time.Duration, changed <-chan struct{}) {
 	if t == nil {
-		return true, 0, nil
+		return throttleScope{}, true, 0, nil
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	s = t.scopeLocked()
 	if t.rate == 0 {
-		return true, 0, t.changed
+		return s, true, 0, t.changed
 	}
 	t.refillLocked(time.Now())
 	if t.tokens > 0 {
-		return true, 0, t.changed
+		return s, true, 0, t.changed
 	}
 	// Until the debt is paid, plus a millisecond so that the bucket holds
 	// tokens when the fetch loop looks again.
-	return false, time.Duration(-t.tokens/t.rate*float64(time.Second)) + time.Millisecond, t.changed
+	return s, false, time.Duration(-t.tokens/t.rate*float64(time.Second)) + time.Millisecond, t.changed
 }
 
 // take charges n fetched bytes of a throttled partition.

@@ -377,6 +377,11 @@ func (l *Lease) waitRead(ctx context.Context, offset int64) error {
 	}
 }
 
+// ownRecord is this agent's lease record of kind for epoch.
+func (l *Lease) ownRecord(kind string, epoch int64) record {
+	return record{Kind: kind, Agent: l.cfg.AgentID, Instance: l.instance, Epoch: epoch, DurationMs: l.cfg.Duration.Milliseconds()}
+}
+
 // write appends a lease record and waits until it has been read back, so
 // that the view includes it in log order.
 func (l *Lease) write(ctx context.Context, r record) error {
@@ -449,7 +454,7 @@ func (l *Lease) tryAcquire(ctx context.Context) (*Term, error) {
 		return nil, err
 	}
 	sent := l.since()
-	claim := record{Kind: "claim", Agent: l.cfg.AgentID, Instance: l.instance, Epoch: prev.epoch + 1, DurationMs: l.cfg.Duration.Milliseconds()}
+	claim := l.ownRecord("claim", prev.epoch+1)
 	// The term outlives ctx: an agent that stops releases the lease
 	// after its last write returned, with the term still live.
 	tctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -629,7 +634,7 @@ func (t *Term) renew() {
 		}
 		sent := t.l.since()
 		ctx, cancel := context.WithTimeout(t.ctx, every)
-		err := t.l.write(ctx, record{Kind: "renew", Agent: t.l.cfg.AgentID, Instance: t.l.instance, Epoch: t.epoch, DurationMs: t.l.cfg.Duration.Milliseconds()})
+		err := t.l.write(ctx, t.l.ownRecord("renew", t.epoch))
 		cancel()
 		if err != nil {
 			if t.ctx.Err() == nil {
@@ -687,5 +692,5 @@ func (t *Term) Release(ctx context.Context) error {
 	if err := t.l.cl.Flush(ctx); err != nil {
 		return fmt.Errorf("writing the writer lease (release of epoch %d): waiting for the last renewal: %w", t.epoch, err)
 	}
-	return t.l.write(ctx, record{Kind: "release", Agent: t.l.cfg.AgentID, Instance: t.l.instance, Epoch: t.epoch, DurationMs: t.l.cfg.Duration.Milliseconds()})
+	return t.l.write(ctx, t.l.ownRecord("release", t.epoch))
 }

@@ -141,6 +141,8 @@ func Copied(key string, exclude []string) bool {
 	if slices.Contains(alwaysDropped, key) {
 		return false
 	}
+	// The KIP's list is written with and without spaces after the
+	// commas; a key with a stray space must still be excluded.
 	return !slices.ContainsFunc(exclude, func(k string) bool { return strings.TrimSpace(k) == key })
 }
 
@@ -163,22 +165,9 @@ func Copied(key string, exclude []string) bool {
 // and Manager.Ensure warn when it is below 2 on replicated topics, where a
 // leader failover could truncate acknowledged writes (design-review §1.8).
 func DestinationConfigs(source map[string]string, exclude []string, largestBatch int32) map[string]string {
-	if exclude == nil {
-		exclude = defaultExclude
-	}
-	skip := make(map[string]bool, len(exclude)+len(alwaysDropped))
-	for _, k := range exclude {
-		// The KIP's list is written with and without spaces after the
-		// commas; a key with a stray space must still be excluded.
-		skip[strings.TrimSpace(k)] = true
-	}
-	for _, k := range alwaysDropped {
-		skip[k] = true
-	}
-
 	out := make(map[string]string, len(source)+len(invariantConfigs)+len(compactedConfigs)+1)
 	for k, v := range source {
-		if !skip[k] {
+		if Copied(k, exclude) {
 			out[k] = v
 		}
 	}
