@@ -364,6 +364,11 @@ func (c *Coordinator) moveDivergent(ctx context.Context, topic string, partition
 		"message.timestamp.before.max.ms": kadm.StringPtr("9223372036854775807"),
 		"message.timestamp.after.max.ms":  kadm.StringPtr("9223372036854775807"),
 	}
+	// The side topic and its records are writes like any other: the
+	// writer lease is asked before each.
+	if err := c.gate(); err != nil {
+		return fmt.Errorf("failback of topic %q: %w", topic, err)
+	}
 	resp, err := c.dstAdm.CreateTopic(ctx, partitions, -1, configs, side)
 	if err == nil {
 		err = resp.Err
@@ -390,6 +395,9 @@ func (c *Coordinator) moveDivergent(ctx context.Context, topic string, partition
 			produceErr error
 		)
 		n, err := verify.ReadRecords(ctx, c.dst, topic, p, fp.DivergentFrom, fp.End, verify.ReadCommitted, func(r *kgo.Record) error {
+			if err := c.gate(); err != nil {
+				return err
+			}
 			out := &kgo.Record{Topic: side, Partition: p, Key: r.Key, Value: r.Value, Headers: slices.Clone(r.Headers), Timestamp: r.Timestamp}
 			prod.Produce(ctx, out, func(_ *kgo.Record, err error) {
 				mu.Lock()
