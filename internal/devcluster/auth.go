@@ -79,6 +79,15 @@ func (a *internalAuth) opt() kgo.Opt {
 	return kgo.SASL(saslplain.Auth{User: InternalUser, Pass: a.pass}.AsMechanism())
 }
 
+// newInternalAuth makes a random password for InternalUser.
+func newInternalAuth() (*internalAuth, error) {
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("devcluster: internal password: %w", err)
+	}
+	return &internalAuth{pass: hex.EncodeToString(b[:])}, nil
+}
+
 // validateAuth checks the auth options.
 func (c *config) validateAuth() error {
 	seen := make(map[string]bool)
@@ -109,11 +118,10 @@ func (c *config) authOptions() ([]kfake.Opt, *internalAuth, error) {
 	if len(c.saslUsers) == 0 && !c.acls {
 		return nil, nil, nil
 	}
-	var b [24]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return nil, nil, fmt.Errorf("devcluster: internal password: %w", err)
+	ia, err := newInternalAuth()
+	if err != nil {
+		return nil, nil, err
 	}
-	ia := &internalAuth{pass: hex.EncodeToString(b[:])}
 	// A PLAIN super user: SASL works on a kfake connection whether or
 	// not SASL is enforced, so with ACLs alone the helpers authenticate
 	// while every other client stays User:ANONYMOUS.

@@ -54,6 +54,10 @@ type config struct {
 	superUsers    []string
 	tls           bool             // tls.go
 	tlsCert       *tls.Certificate // tls.go
+	engine        EngineKind       // kafka.go
+	kafkaVersion  string
+	txnVersion    int
+	seeds         []seedTopics
 }
 
 // Name sets the cluster id reported in metadata, overriding "dev". Give the
@@ -127,6 +131,7 @@ type Cluster struct {
 	auth      *internalAuth // how the helpers authenticate; nil without SASL or ACLs
 	clientTLS *tls.Config   // how the helpers connect with TLS (tls.go); nil without
 	caPEM     []byte        // the CA of the brokers' certificate (tls.go)
+	kafka     *kafkaEngine  // the Kafka engine's brokers (kafka.go); nil on the embedded engine
 }
 
 // Start starts a cluster and returns once every broker listens.
@@ -151,6 +156,16 @@ func Start(opts ...Option) (*Cluster, error) {
 	}
 	if err := cfg.validateAuth(); err != nil {
 		return nil, err
+	}
+	switch cfg.engine {
+	case Kafka:
+		return startKafka(cfg)
+	case "", Embedded:
+	default:
+		return nil, fmt.Errorf("devcluster: engine %q is not one of %s, %s", cfg.engine, Embedded, Kafka)
+	}
+	if cfg.kafkaVersion != "" || cfg.txnVersion != 0 {
+		return nil, errors.New("devcluster: KafkaVersion and TransactionVersion apply to the Kafka engine only; add Engine(Kafka)")
 	}
 	authOpts, auth, err := cfg.authOptions()
 	if err != nil {
@@ -191,6 +206,9 @@ func Start(opts ...Option) (*Cluster, error) {
 	}
 	if len(cfg.brokerConfigs) > 0 {
 		kopts = append(kopts, kfake.BrokerConfigs(cfg.brokerConfigs))
+	}
+	for _, st := range cfg.seeds {
+		kopts = append(kopts, kfake.SeedTopics(st.partitions, st.topics...))
 	}
 	kopts = append(kopts, authOpts...)
 	if tlsOpt != nil {
@@ -324,7 +342,7 @@ func (c *Cluster) Bootstrap() []string { return append([]string(nil), c.bootstra
 // and the dev-cluster command print: "127.0.0.1:p1,127.0.0.1:p2".
 func (c *Cluster) BootstrapString() string { return strings.Join(c.bootstrap, ",") }
 
-// Kfake returns the underlying kfake cluster, for faults (Fault, Control,
+// Kfake returns the underlying kfake cluster (nil on the Kafka engine), for faults (Fault, Control,
 // SleepControl), leader moves (MoveTopicPartition), broker churn
 // (RemoveNode, AddNode) and log maintenance (Compact, ApplyRetention).
 //
@@ -340,7 +358,13 @@ func (c *Cluster) Kfake() *kfake.Cluster { return c.kc }
 
 // Close stops the cluster; with DataDir it first saves the state. It is safe
 // to call more than once.
-func (c *Cluster) Close() { c.kc.Close() }
+func (c *Cluster) Close() {
+	if c.kafka != nil {
+		c.kafka.close()
+		return
+	}
+	c.kc.Close()
+}
 
 // kfakeLogger adapts hclog to kfake's logger. kfake logs every request at
 // its info level, so its levels move one step down: kfake info is hclog

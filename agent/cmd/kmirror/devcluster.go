@@ -16,7 +16,7 @@ import (
 )
 
 func init() {
-	register("dev-cluster", "run an embedded Kafka cluster (kfake) for tests and demos", runDevCluster)
+	register("dev-cluster", "run a Kafka cluster for tests and demos: embedded (kfake) or Apache Kafka brokers", runDevCluster)
 }
 
 // runDevCluster runs one embedded cluster in the foreground until ctx ends
@@ -29,6 +29,10 @@ func runDevCluster(ctx context.Context, args []string) error {
 func devCluster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kmirror dev-cluster", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	engineName := fs.String("engine", string(devcluster.Embedded), "what runs the cluster: embedded (kfake in this process, with Apache Kafka's produce validation) or kafka (Apache Kafka brokers from the official jars, one JVM each, in KRaft combined mode)")
+	kafkaVersion := fs.String("kafka-version", "", "with --engine kafka: the Apache Kafka release, fetched once from Maven Central into the user cache (default $KMIRROR_KAFKA_VERSION, else "+devcluster.DefaultKafkaVersion+")")
+	txnVersion := fs.Int("transaction-version", 0, "with --engine kafka on 4.x: format the cluster with this transaction.version (1 classic, 2 KIP-890; default the release's)")
+	fetchOnly := fs.Bool("fetch-only", false, "with --engine kafka: fetch the release's jars, print their directory and exit")
 	name := fs.String("name", "dev", "cluster id reported in metadata; give each cluster of a demo its own")
 	brokers := fs.Int("brokers", 1, "number of brokers")
 	port := fs.Int("port", 9092, "first port: brokers listen on 127.0.0.1 ports PORT..PORT+BROKERS-1 (0 picks free ports)")
@@ -51,7 +55,40 @@ func devCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("unexpected argument %q: dev-cluster takes only flags", fs.Arg(0))
 	}
 
+	engine, err := devcluster.ParseEngine(*engineName)
+	if err != nil {
+		return fmt.Errorf("--engine: %w", err)
+	}
+	if engine != devcluster.Kafka {
+		switch {
+		case *kafkaVersion != "":
+			return errors.New("--kafka-version applies to --engine kafka only")
+		case *txnVersion != 0:
+			return errors.New("--transaction-version applies to --engine kafka only")
+		case *fetchOnly:
+			return errors.New("--fetch-only applies to --engine kafka only")
+		}
+	}
+	if *fetchOnly {
+		v := *kafkaVersion
+		if v == "" {
+			v = os.Getenv("KMIRROR_KAFKA_VERSION")
+		}
+		if v == "" {
+			v = devcluster.DefaultKafkaVersion
+		}
+		dir, err := devcluster.FetchKafka(ctx, v)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(stdout, dir)
+		return err
+	}
 	switch {
+	case *lenient && engine == devcluster.Kafka:
+		return errors.New("--lenient applies to the embedded engine only: Apache Kafka validates what it validates")
+	case *txnVersion != 0 && *txnVersion != 1 && *txnVersion != 2:
+		return fmt.Errorf("--transaction-version must be 1 or 2, got %d", *txnVersion)
 	case *name == "":
 		return errors.New("--name must not be empty")
 	case *brokers < 1:
@@ -89,6 +126,7 @@ func devCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	log := hclog.New(&hclog.LoggerOptions{Name: "dev-cluster", Level: level, Output: stderr})
 
 	opts := []devcluster.Option{
+		devcluster.Engine(engine),
 		devcluster.Name(*name),
 		devcluster.Brokers(*brokers),
 		devcluster.FirstPort(*port),
@@ -99,6 +137,12 @@ func devCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if *lenient {
 		opts = append(opts, devcluster.Lenient())
+	}
+	if *kafkaVersion != "" {
+		opts = append(opts, devcluster.KafkaVersion(*kafkaVersion))
+	}
+	if *txnVersion != 0 {
+		opts = append(opts, devcluster.TransactionVersion(*txnVersion))
 	}
 	for _, u := range saslUsers {
 		opts = append(opts, devcluster.SASLUser(u.name, u.pass))
@@ -138,7 +182,7 @@ func devCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if _, err := fmt.Fprintf(stdout, "bootstrap: %s\n", c.BootstrapString()); err != nil {
 		return fmt.Errorf("writing the bootstrap line: %w", err)
 	}
-	log.Info("cluster ready", "name", *name, "brokers", *brokers, "strict", !*lenient, "data_dir", *dataDir,
+	log.Info("cluster ready", "engine", engine, "kafka_version", c.KafkaVersion(), "name", *name, "brokers", *brokers, "strict", !*lenient, "data_dir", *dataDir,
 		"sasl_users", saslUsers.names(), "acls", *acls, "super_users", []string(superUsers), "tls", *withTLS || *tlsCert != "")
 	<-ctx.Done()
 	log.Info("shutting down")
