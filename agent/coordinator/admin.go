@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/kmirror/kmirror/agent/statestore"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
@@ -241,9 +242,12 @@ func (c *Coordinator) Delete(ctx context.Context, name string, force bool) error
 	// interrupted, the mirror is still there and a retry finishes the job.
 	// A mirror's records are keyed KIND/MIRROR/..., such as
 	// partition/MIRROR/TOPIC/N (mirror and topic names cannot hold '/').
+	// The producer id records (producers/TOPIC/N) belong to destination
+	// partitions, not to a mirror, and stay: a mirror created again over
+	// the same topics must recognise the batches this one wrote.
 	var keys []string
 	for k := range c.store.All() {
-		if parts := strings.SplitN(k, "/", 3); len(parts) == 3 && parts[1] == name {
+		if parts := strings.SplitN(k, "/", 3); len(parts) == 3 && parts[1] == name && parts[0] != statestore.ProducersKind {
 			keys = append(keys, k)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/kmirror/kmirror/agent/fetcher"
+	"github.com/kmirror/kmirror/agent/writer"
 	"github.com/kmirror/kmirror/internal/recordbatch"
 )
 
@@ -224,7 +225,7 @@ func (m *Mirror) writePlain(ctx context.Context, b []byte, n int32) error {
 	}
 	off, err := m.cfg.Writer.Produce(ctx, m.cfg.TP.Topic, m.cfg.TP.Partition, b)
 	if err != nil {
-		return m.classifyProduce(err)
+		return m.classifyProduce(err, writer.Producer{ID: m.cfg.ProducerID, Epoch: m.cfg.Epoch}, m.seq)
 	}
 	return m.landed(ctx, off, n, &m.seq)
 }
@@ -247,7 +248,7 @@ func (m *Mirror) writeAborted(ctx context.Context, b []byte, n int32) error {
 		if e := classifyTxn(err, "writing aborted source records"); errors.As(e, new(*failure)) {
 			return e
 		}
-		return m.classifyProduce(err)
+		return m.classifyProduce(err, m.data.p, m.data.seq)
 	}
 	return m.landed(ctx, off, n, &m.data.seq)
 }
@@ -267,6 +268,9 @@ func (m *Mirror) landed(ctx context.Context, off int64, n int32, seq *int32) err
 	}
 	m.next += int64(n)
 	*seq = addSeq(*seq, n)
+	if m.lasting.n > 0 && m.next > m.lasting.offset {
+		m.healed()
+	}
 	return nil
 }
 
@@ -285,16 +289,20 @@ func (m *Mirror) markerAt(ctx context.Context, offset int64) bool {
 	return err == nil && h.IsControl() && h.BaseOffset == offset
 }
 
-// classifyProduce turns a produce error into a retry (the resume point is
-// re-read from the destination) or a failure.
-func (m *Mirror) classifyProduce(err error) error {
+// classifyProduce turns a produce error of a batch sent as producer p with
+// sequence seq into a retry (the resume point is re-read from the
+// destination) or a failure. A sequence or producer error is retried a few
+// times only (seqError, Run).
+func (m *Mirror) classifyProduce(err error, p writer.Producer, seq int32) error {
 	var ke *kerr.Error
 	if !errors.As(err, &ke) {
 		return err // network and client errors: retry
 	}
 	switch {
-	case ke.Retriable, errors.Is(err, kerr.OutOfOrderSequenceNumber), errors.Is(err, kerr.DuplicateSequenceNumber),
+	case errors.Is(err, kerr.OutOfOrderSequenceNumber), errors.Is(err, kerr.DuplicateSequenceNumber),
 		errors.Is(err, kerr.UnknownProducerID), errors.Is(err, kerr.InvalidProducerEpoch):
+		return &seqError{err: err, code: ke.Message, offset: m.next, p: p, seq: seq}
+	case ke.Retriable:
 		return err
 	case errors.Is(err, kerr.InvalidRecord) && m.cfg.KeyedPad:
 		return fail("the destination refused the batch for offset %d: %v; a compacted destination topic refuses records without a key, which the source still holds (written before it was compacted); mirror the topic with cleanup.policy=delete until that range is copied",

@@ -84,13 +84,19 @@ type Config struct {
 	Source      Source
 	Writer      *writer.Writer
 	Checkpoints Checkpoints
+	// Producers keeps the producer ids the partition's writers have had
+	// (OwnedProducers); nil keeps them in memory only.
+	Producers OwnedProducers
 	// TxnIDPrefix names the partition's destination transactional ids
 	// (PREFIX.abort for aborted source data, PREFIX.fill for fillers);
 	// default kmirror.MIRROR.TOPIC.PARTITION.
 	TxnIDPrefix string
-	// TxnTimeout is the timeout of the destination transaction that holds
-	// aborted source records; it must not exceed the destination's
-	// transaction.max.timeout.ms (default 15 minutes).
+	// TxnTimeout is the timeout of the partition's destination
+	// transactional ids (the transaction that holds aborted source
+	// records, and fillers); it must not exceed the destination's
+	// transaction.max.timeout.ms, and the coordinator sets it to exactly
+	// that, as the preflight read it (topics.Check). Zero means 15
+	// minutes, Kafka's default for the setting.
 	TxnTimeout time.Duration
 	Fillers    FillerMethod
 	// OnChange is called after every state or reason change (for
@@ -144,6 +150,13 @@ type Mirror struct {
 	// or reached by its own acknowledged writes), in memory only: an end
 	// below it at resync means the destination lost records.
 	seenEnd int64
+	// owned are the producer ids the agent has written this destination
+	// partition with (OwnedProducers), the persisted ones merged at each
+	// resync.
+	owned map[int64]bool
+	// lasting counts sequence or producer errors in a row at one offset
+	// (lasting.go).
+	lasting lastingRetry
 
 	// halt asks Run to return at the next batch boundary (Halt).
 	halt      chan struct{}
@@ -399,6 +412,14 @@ func (m *Mirror) Run(ctx context.Context) {
 		if errors.Is(err, errHalted) {
 			return
 		}
+		var se *seqError
+		if errors.As(err, &se) {
+			if m.lasting.note(se) {
+				err = m.lastingFailure(ctx, se)
+			} else {
+				m.noteRetrying(m.lasting.reason)
+			}
+		}
 		var f *failure
 		if errors.As(err, &f) {
 			reason := f.reason
@@ -441,7 +462,14 @@ func (m *Mirror) runOnce(ctx context.Context) error {
 	if err := m.resync(ctx); err != nil {
 		return err
 	}
-	m.setState(Mirroring, m.lossReason)
+	if m.lasting.n > 0 && m.next > m.lasting.offset {
+		m.lasting.clear() // the destination end moved past it
+	}
+	reason := m.lossReason
+	if m.lasting.n > 0 {
+		reason = m.lasting.reason
+	}
+	m.setState(Mirroring, reason)
 	return m.copy(ctx)
 }
 
@@ -452,6 +480,13 @@ func (m *Mirror) runOnce(ctx context.Context) error {
 // log start when the source's is above that end.
 func (m *Mirror) resync(ctx context.Context) error {
 	tp := m.cfg.TP
+	// The plain writer's id is recorded before it writes: a mirror
+	// deleted and created again has a new one, and the old one's batches
+	// stay in the log.
+	m.loadOwned()
+	if err := m.own(ctx, m.cfg.ProducerID); err != nil {
+		return err
+	}
 	if err := m.settleTxns(ctx); err != nil {
 		return err
 	}
@@ -525,7 +560,9 @@ func (m *Mirror) resync(ctx context.Context) error {
 // log: the plain writer's from its last batch (or, when the log holds none,
 // from the alignment checkpoint), the open transaction's from its last batch.
 // A batch of a producer id the agent does not own is a foreign write (at
-// or above Config.Base: a failback resumes over the old primary's records).
+// or above Config.Base: a failback resumes over the old primary's records);
+// the agent owns the ids its writers hold now and those it recorded for the
+// partition before (OwnedProducers).
 func (m *Mirror) recoverSequences(ctx context.Context, dst leaders.Bounds) error {
 	tp := m.cfg.TP
 	var (
@@ -534,6 +571,10 @@ func (m *Mirror) recoverSequences(ctx context.Context, dst leaders.Bounds) error
 		foreign         *recordbatch.Header
 	)
 	needTxn := m.data.open
+	fillPID := int64(-1) // FillMarkers: markerPID, which ownBatch knows
+	if m.cfg.Fillers == FillCoordinator {
+		fillPID = m.fill.p.ID
+	}
 	err := m.cfg.Writer.ScanTail(ctx, tp.Topic, tp.Partition, max(dst.LogStart, m.cfg.Base), dst.HighWatermark, func(h recordbatch.Header) bool {
 		switch {
 		case h.ProducerID == m.cfg.ProducerID && !h.IsControl():
@@ -554,9 +595,7 @@ func (m *Mirror) recoverSequences(ctx context.Context, dst leaders.Bounds) error
 				// transaction: the broker continues the epoch's
 				// sequence across transactions, so look further back.
 			}
-		case h.ProducerID == m.fill.p.ID && h.IsControl(), h.ProducerID == markerPID && h.IsControl():
-		case h.ProducerID == m.cfg.ProducerID && h.IsControl():
-		default:
+		case !ownBatch(h, m.cfg.ProducerID, m.data.p.ID, fillPID, m.owned):
 			if foreign == nil || h.BaseOffset < foreign.BaseOffset {
 				hh := h
 				foreign = &hh
@@ -577,7 +616,7 @@ func (m *Mirror) recoverSequences(ctx context.Context, dst leaders.Bounds) error
 			return fail("the destination's last batch of producer id %d has epoch %d, not the agent's %d: another writer uses this producer id",
 				m.cfg.ProducerID, plain.ProducerEpoch, m.cfg.Epoch)
 		}
-		m.seq = addSeq(plain.BaseSequence, plain.NumRecords)
+		m.seq = nextSeq(plain)
 	default:
 		if a, ok := m.cfg.Checkpoints.Alignment(tp); ok && a.Offset >= dst.LogStart {
 			m.seq = a.NextSeq
@@ -590,12 +629,26 @@ func (m *Mirror) recoverSequences(ctx context.Context, dst leaders.Bounds) error
 	}
 	m.data.seq = 0
 	if gotTx {
-		m.data.seq = addSeq(txn.BaseSequence, txn.NumRecords)
+		m.data.seq = nextSeq(txn)
 	}
 	return nil
 }
 
-// addSeq adds n records to a sequence, wrapping at 2^31 as Kafka does.
+// addSeq adds n records to a sequence, wrapping at 2^31 as Kafka does
+// (DefaultRecordBatch.incrementSequence: past 2^31-1 comes 0). seq and n
+// are never negative here, and for those both give (seq + n) mod 2^31.
 func addSeq(seq int32, n int32) int32 {
 	return int32((int64(seq) + int64(n)) & 0x7fffffff)
+}
+
+// nextSeq is the sequence the producer of batch h writes next: one past the
+// batch's last sequence, which Kafka takes as BaseSequence + LastOffsetDelta
+// (DefaultRecordBatch.lastSequence), not from NumRecords. The destination's
+// log cleaner removes records from a batch but keeps its last offset delta,
+// and keeps a producer's last batch as an empty header (NumRecords 0) so
+// that its sequence state survives: counting the records left would send
+// a sequence behind the broker's, refused with OUT_OF_ORDER_SEQUENCE_NUMBER
+// after every resync.
+func nextSeq(h recordbatch.Header) int32 {
+	return addSeq(addSeq(h.BaseSequence, h.LastOffsetDelta), 1)
 }

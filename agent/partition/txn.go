@@ -34,6 +34,12 @@ func (m *Mirror) settleTxns(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// A new producer id after epoch exhaustion or the id's expiry:
+		// recorded before it writes, so that its markers stay the
+		// agent's when the id changes again.
+		if err := m.own(ctx, p.ID); err != nil {
+			return err
+		}
 		m.fill.p = p
 		if _, err := w.WaitSettled(ctx, m.fill.id); err != nil {
 			return err
@@ -48,6 +54,14 @@ func (m *Mirror) settleTxns(ctx context.Context) error {
 			return err
 		}
 	}
+	if st.State != "" {
+		// The producer id the coordinator holds for the agent's own
+		// transactional id: recorded already unless an agent from
+		// before OwnedProducers wrote with it.
+		if err := m.own(ctx, st.Producer.ID); err != nil {
+			return err
+		}
+	}
 	if st.Open() {
 		// Adopt it: nothing is bound to a connection, and its batches
 		// carry deterministic sequences, so a late request of a dead
@@ -57,6 +71,9 @@ func (m *Mirror) settleTxns(ctx context.Context) error {
 	}
 	p, err := w.InitTxn(ctx, m.data.id, m.cfg.TxnTimeout)
 	if err != nil {
+		return err
+	}
+	if err := m.own(ctx, p.ID); err != nil {
 		return err
 	}
 	m.data.p, m.data.open, m.data.seq = p, false, 0

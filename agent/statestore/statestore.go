@@ -4,7 +4,9 @@
 //
 // Keys are strings ("mirror/NAME", "partition/MIRROR/TOPIC/N", ...), values
 // are opaque bytes (JSON written by the coordinator). A nil value deletes the
-// key (a tombstone the cleaner removes later).
+// key (a tombstone the cleaner removes later). The producer id records
+// (producers/TOPIC/N, producers.go) are defined here, as they outlive a
+// mirror.
 package statestore
 
 import (
