@@ -66,6 +66,13 @@ type mirror struct {
 	done      chan struct{}
 	cancel    context.CancelFunc // ends run; set by startLocked
 
+	// txnTimeout is the timeout of the partitions' destination
+	// transactions, chosen by the last preflight from the destination's
+	// transaction.max.timeout.ms (zero before the first), and
+	// txnTimeoutFrom says where it came from (describe).
+	txnTimeout     time.Duration
+	txnTimeoutFrom string
+
 	// Lifecycle operations (lifecycle.go).
 	ctx       context.Context // run's; set before anything else runs
 	ops       sync.WaitGroup  // lifecycle goroutines; run waits for them
@@ -186,14 +193,20 @@ func (m *mirror) runConnected(ctx context.Context) error {
 		m.sourceClusterID = md.Cluster
 		m.mu.Unlock()
 	}
-	findings, err := topics.Preflight(ctx, m.c.dstAdm, srcAdm, spec.Topics...)
+	seeds, _ := m.c.dst.OptValue(kgo.SeedBrokers).([]string)
+	report, err := topics.Check(ctx, m.c.dstAdm, srcAdm, topics.CheckOptions{Topics: spec.Topics, DestinationBootstrap: seeds})
 	if err != nil {
 		return fmt.Errorf("preflight check of the destination: %w", err)
 	}
+	findings := report.Findings
 	if err := findings.Refusal(); err != nil {
 		return err
 	}
 	m.mu.Lock()
+	if m.txnTimeout != report.TxnTimeout || m.txnTimeoutFrom != report.TxnTimeoutFrom {
+		m.log.Info("destination transaction timeout", "timeout", report.TxnTimeout, "from", report.TxnTimeoutFrom)
+	}
+	m.txnTimeout, m.txnTimeoutFrom = report.TxnTimeout, report.TxnTimeoutFrom
 	m.warnings = nil
 	for _, f := range findings {
 		m.warnings = append(m.warnings, f.String())
@@ -368,8 +381,8 @@ func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 		m.mu.Unlock()
 		cfg := partition.Config{
 			Mirror: name, TP: tp, ProducerID: m.rec.ProducerID, Epoch: m.rec.Epoch, KeyedPad: keyed,
-			Fetcher: f, Source: source, Writer: m.c.writer, Checkpoints: checkpoints{m.c, name}, Fillers: m.c.cfg.Fillers,
-			HangingAfter: m.c.cfg.HangingTxnAfter, Recovering: recovering, Base: m.failbackBase(tp),
+			Fetcher: f, Source: source, Writer: m.c.writer, Checkpoints: checkpoints{m.c, name}, Producers: ownedProducers{m.c}, Fillers: m.c.cfg.Fillers,
+			HangingAfter: m.c.cfg.HangingTxnAfter, Recovering: recovering, Base: m.failbackBase(tp), TxnTimeout: m.txnTimeoutNow(),
 			OnChange: func(st partition.Status) { m.persistPartition(ctx, tp, st) },
 			Logger:   m.log.Named("partition"),
 		}
@@ -507,6 +520,15 @@ func (m *mirror) status() MirrorStatus {
 	return st
 }
 
+// txnTimeoutNow is the timeout of the destination transactions of the
+// partitions started now: the last preflight's choice (zero before the
+// first: partition.New's default).
+func (m *mirror) txnTimeoutNow() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.txnTimeout
+}
+
 // checkpoints keeps partition alignments in the state topic.
 type checkpoints struct {
 	c      *Coordinator
@@ -553,4 +575,5 @@ func (m *mirror) settingsLocked(st *MirrorStatus) {
 	st.GroupsExclude = orDefault(m.spec.GroupsExclude, []string{})
 	st.ACLInclude = orDefault(m.spec.ACLInclude, metasync.DefaultACLInclude)
 	st.MetadataRefreshIntervalMs = m.intervalLocked().Milliseconds()
+	st.TxnTimeoutMs, st.TxnTimeoutFrom = m.txnTimeout.Milliseconds(), m.txnTimeoutFrom
 }

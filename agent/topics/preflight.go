@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -118,19 +119,29 @@ func (e *RefusalError) Error() string {
 // Kafka's defaults for the settings checked, used where a broker does not
 // report one (older brokers; kfake reports only a handful of broker configs).
 const (
-	defaultTxnMaxTimeoutMs     = 900000    // transaction.max.timeout.ms
-	defaultProducerIDExpiryMs  = 86400000  // producer.id.expiration.ms
-	defaultRetentionMs         = 604800000 // log.retention.hours=168
-	defaultMinInsyncReplicas   = 1         // min.insync.replicas
-	defaultReplicationFactor   = 1         // default.replication.factor
-	lagBudgetMs                = 86400000  // what we add to retention for lag
-	keyTxnMaxTimeout           = "transaction.max.timeout.ms"
-	keyProducerIDExpiry        = "producer.id.expiration.ms"
-	keyTxnVerification         = "transaction.partition.verification.enable"
-	keyDefaultReplication      = "default.replication.factor"
-	settingBrokerVersion       = "broker version"
-	kafkaConfigsDefaultCommand = "kafka-configs.sh --bootstrap-server <destination> --entity-type brokers --entity-default --alter --add-config "
+	defaultTxnMaxTimeoutMs    = 900000    // transaction.max.timeout.ms
+	defaultProducerIDExpiryMs = 86400000  // producer.id.expiration.ms
+	defaultTxnIDExpiryMs      = 604800000 // transactional.id.expiration.ms
+	defaultRetentionMs        = 604800000 // log.retention.hours=168
+	defaultMinInsyncReplicas  = 1         // min.insync.replicas
+	defaultReplicationFactor  = 1         // default.replication.factor
+	lagBudgetMs               = 86400000  // what we add to retention for lag
+	// minTxnIDExpiryMs is the transactional.id.expiration.ms below which
+	// the preflight warns: Kafka's default.
+	minTxnIDExpiryMs      = defaultTxnIDExpiryMs
+	maxInt32              = 1<<31 - 1 // Kafka's int configs, and InitProducerId's timeout
+	keyTxnMaxTimeout      = "transaction.max.timeout.ms"
+	keyTxnIDExpiry        = "transactional.id.expiration.ms"
+	keyProducerIDExpiry   = "producer.id.expiration.ms"
+	keyTxnVerification    = "transaction.partition.verification.enable"
+	keyDefaultReplication = "default.replication.factor"
+	settingBrokerVersion  = "broker version"
 )
+
+// DefaultTxnTimeout is the timeout of the agent's destination transactions
+// when the destination's brokers do not report transaction.max.timeout.ms:
+// Kafka's default for it. The preflight warns when it is used.
+const DefaultTxnTimeout = defaultTxnMaxTimeoutMs * time.Millisecond
 
 // requiredAPI is a request the agent sends to a cluster.
 type requiredAPI struct {
@@ -162,9 +173,12 @@ var sourceAPIs = []requiredAPI{
 
 // cluster is what Preflight read from one cluster.
 type cluster struct {
-	name     string
-	brokers  []int32 // sorted
-	versions map[int32]kadm.BrokerApiVersions
+	name string
+	// bootstrap is the cluster's bootstrap servers as the fixing
+	// commands of findings name them, "<destination>" when unknown.
+	bootstrap string
+	brokers   []int32 // sorted
+	versions  map[int32]kadm.BrokerApiVersions
 	// configs per broker; nil when the cluster did not let us read them.
 	configs map[int32]map[string]kadm.Config
 	// unreachable maps brokers that did not answer ApiVersions to the
@@ -172,10 +186,44 @@ type cluster struct {
 	unreachable map[int32]error
 }
 
-// Preflight checks the destination cluster (and the source where a check
-// compares the two) before mirroring starts (DESIGN §3, design-review §4e).
-// topics names the mirror topics whose source retention matters; none means
-// every non-internal source topic.
+// Report is what Check found: the findings, and the agent's settings that
+// the destination's broker configs decide.
+type Report struct {
+	Findings Findings
+	// TxnTimeout is the timeout of the agent's destination transactions
+	// (InitProducerId's TransactionTimeoutMillis): the lowest
+	// transaction.max.timeout.ms of the destination's brokers, which is
+	// the longest that every transaction coordinator accepts. The
+	// transaction holding an aborted source transaction's records stays
+	// open until the agent reaches that transaction's marker on the
+	// source, so it gets the longest allowed (design-review B8).
+	// DefaultTxnTimeout when no broker reports the setting.
+	TxnTimeout time.Duration
+	// TxnTimeoutFrom says where TxnTimeout comes from, for describe.
+	TxnTimeoutFrom string
+}
+
+// CheckOptions are Check's inputs besides the clusters.
+type CheckOptions struct {
+	// Topics names the mirror topics whose source retention matters;
+	// none means every non-internal source topic.
+	Topics []string
+	// DestinationBootstrap is named in the kafka-configs.sh commands of
+	// the findings; "<destination>" stands in when it is empty.
+	DestinationBootstrap []string
+}
+
+// Preflight is Check with only topics set, for callers that need the
+// findings alone.
+func Preflight(ctx context.Context, dst, src *kadm.Client, topics ...string) (Findings, error) {
+	r, err := Check(ctx, dst, src, CheckOptions{Topics: topics})
+	return r.Findings, err
+}
+
+// Check checks the destination cluster (and the source where a check
+// compares the two) before mirroring starts (DESIGN §3, design-review §4e),
+// and chooses the agent's destination transaction timeout from the
+// destination's transaction.max.timeout.ms (Report.TxnTimeout).
 //
 // It refuses:
 //   - brokers without the requests the agent sends (Produce v3+, that is
@@ -190,16 +238,23 @@ type cluster struct {
 //     tell 3.6.0 from 3.6.1 and 3.6.2 (same API versions), so every 3.6 broker
 //     with verification on is refused; turning it off is a dynamic change,
 //     and on mirror topics, which only the agent writes, verification
-//     protects little.
+//     protects little;
+//   - destinations whose transaction.max.timeout.ms is below the source's: a
+//     destination transaction holding an aborted source transaction's
+//     records stays open at least as long as that source transaction, and a
+//     timeout abort writes an unplanned marker (design-review B8).
 //
 // It warns:
-//   - when the destination's transaction.max.timeout.ms is below the
-//     source's: a destination transaction can stay open as long as a source
-//     transaction, and a timeout abort writes an unplanned marker;
+//   - when the source's transaction.max.timeout.ms cannot be read, or the
+//     destination's is not reported (the agent then uses DefaultTxnTimeout);
 //   - when the destination's producer.id.expiration.ms is below the longest
 //     source retention: dedup of a killed agent's late requests depends on
 //     the broker keeping the writer's state, which expires by record
 //     timestamp (design-review B3);
+//   - when the destination's transactional.id.expiration.ms is below Kafka's
+//     default of 7 days: the agent's transactional ids of a partition without
+//     source transactions stay idle, and an expired one fails the partition
+//     at its next filler;
 //   - when the destination creates replicated topics with
 //     min.insync.replicas below 2 (design-review §1.8).
 //
@@ -208,19 +263,23 @@ type cluster struct {
 //
 // The error is for failing to read a cluster, not for findings; see
 // Findings.Refusal.
-func Preflight(ctx context.Context, dst, src *kadm.Client, topics ...string) (Findings, error) {
+func Check(ctx context.Context, dst, src *kadm.Client, o CheckOptions) (Report, error) {
 	d, err := readCluster(ctx, dst, Destination)
 	if err != nil {
-		return nil, err
+		return Report{}, err
 	}
 	if d.configs == nil {
 		// The agent administers the destination: it must be able to
 		// read its configs.
-		return nil, fmt.Errorf("reading the destination's broker configs: not authorized; the agent needs DESCRIBE_CONFIGS on the destination cluster")
+		return Report{}, fmt.Errorf("reading the destination's broker configs: not authorized; the agent needs DESCRIBE_CONFIGS on the destination cluster")
+	}
+	d.bootstrap = "<destination>"
+	if len(o.DestinationBootstrap) > 0 {
+		d.bootstrap = strings.Join(o.DestinationBootstrap, ",")
 	}
 	s, err := readCluster(ctx, src, Source)
 	if err != nil {
-		return nil, err
+		return Report{}, err
 	}
 
 	var fs Findings
@@ -237,10 +296,14 @@ func Preflight(ctx context.Context, dst, src *kadm.Client, topics ...string) (Fi
 	fs = append(fs, checkAPIs(d, destinationAPIs)...)
 	fs = append(fs, checkAPIs(s, sourceAPIs)...)
 	fs = append(fs, checkVersion(d)...)
-	fs = append(fs, checkTxnTimeout(d, s)...)
-	expiry, err := checkProducerExpiry(ctx, src, d, s, topics)
+	r := Report{}
+	var txn []Finding
+	r.TxnTimeout, r.TxnTimeoutFrom, txn = checkTxnTimeout(d, s)
+	fs = append(fs, txn...)
+	fs = append(fs, checkTxnIDExpiry(d)...)
+	expiry, err := checkProducerExpiry(ctx, src, d, s, o.Topics)
 	if err != nil {
-		return nil, err
+		return Report{}, err
 	}
 	fs = append(fs, expiry...)
 	fs = append(fs, checkMinInsync(d)...)
@@ -253,7 +316,24 @@ func Preflight(ctx context.Context, dst, src *kadm.Client, topics ...string) (Fi
 			cmp.Compare(a.Message, b.Message),
 		)
 	})
-	return fs, nil
+	r.Findings = fs
+	return r, nil
+}
+
+// alterDefault is the kafka-configs.sh command that sets a dynamic broker
+// config on every broker of the cluster.
+func (c *cluster) alterDefault(key string, value any) string {
+	return fmt.Sprintf("kafka-configs.sh --bootstrap-server %s --entity-type brokers --entity-default --alter --add-config %s=%v", c.bootstrap, key, value)
+}
+
+// reports says whether any broker of the cluster reports key.
+func (c *cluster) reports(key string) bool {
+	for _, b := range c.brokers {
+		if cfg, ok := c.configs[b][key]; ok && cfg.Value != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // readCluster reads every broker's API versions and broker configs.
@@ -419,30 +499,87 @@ func checkVersion(d *cluster) []Finding {
 	if len(verifying) > 0 {
 		fs = append(fs, Finding{Refuse, Destination, keyTxnVerification, "true", fmt.Sprintf(
 			"broker(s) %v answer like Kafka 3.6, and 3.6.0 with transaction verification on fails compressed transactional appends "+
-				"(KAFKA-15653, fixed in 3.6.1); API versions cannot tell 3.6.0 from 3.6.1, so turn verification off: %s%s=false, or upgrade to 3.7 or later",
-			verifying, kafkaConfigsDefaultCommand, keyTxnVerification)})
+				"(KAFKA-15653, fixed in 3.6.1); API versions cannot tell 3.6.0 from 3.6.1, so turn verification off: %s, or upgrade to 3.7 or later",
+			verifying, d.alterDefault(keyTxnVerification, false))})
 	}
 	return fs
 }
 
-// checkTxnTimeout warns when destination transactions cannot live as long as
-// the source's. The agent copies only below the source's last stable offset,
-// so a destination transaction (an aborted source transaction being copied)
-// stays open while the source has an older transaction undecided, up to the
-// source's transaction.max.timeout.ms plus lag; if the destination times it
-// out first, the coordinator writes an abort marker at an arbitrary offset
-// (design-review B8). transaction.max.timeout.ms is a static broker config.
-func checkTxnTimeout(d, s *cluster) []Finding {
+// checkTxnTimeout chooses the agent's destination transaction timeout and
+// checks it against the source's transactions. The agent copies only below
+// the source's last stable offset, so a destination transaction (an aborted
+// source transaction being copied) stays open as long as that source
+// transaction did, and longer while the source has an older transaction
+// undecided, up to the source's transaction.max.timeout.ms, plus lag and
+// restarts; if the destination times it out first, the coordinator writes
+// an abort marker at an arbitrary offset and the partition fails
+// (design-review B8). The timeout is therefore the longest the destination
+// allows, its lowest transaction.max.timeout.ms (any broker can be a
+// transactional id's coordinator; asking for more fails InitProducerId with
+// INVALID_TRANSACTION_TIMEOUT), and a destination that allows less than
+// the source is refused. transaction.max.timeout.ms is a static broker
+// config.
+func checkTxnTimeout(d, s *cluster) (time.Duration, string, []Finding) {
+	var fs []Finding
 	dst := d.extreme(keyTxnMaxTimeout, defaultTxnMaxTimeoutMs, true)
+	ms := min(max(dst.value, 1), maxInt32)
+	from := fmt.Sprintf("destination %s=%s (lowest, on broker(s) %v)", keyTxnMaxTimeout, dst.text, dst.brokers)
+	if !d.reports(keyTxnMaxTimeout) {
+		ms = defaultTxnMaxTimeoutMs
+		from = fmt.Sprintf("default (Kafka's %s; the destination's brokers do not report it)", keyTxnMaxTimeout)
+		fs = append(fs, Finding{Warn, Destination, keyTxnMaxTimeout, "unreported", fmt.Sprintf(
+			"destination broker(s) %v do not report %s, so the agent opens its destination transactions with Kafka's default of %s; if a broker allows less, "+
+				"every partition fails to initialize its transactional ids (INVALID_TRANSACTION_TIMEOUT) and retries without end, and if they allow more, "+
+				"a mirrored aborted transaction is aborted earlier than it had to be. Check the setting in server.properties of the destination brokers",
+			d.brokers, keyTxnMaxTimeout, humanMs(ms))})
+	}
+	timeout := time.Duration(ms) * time.Millisecond
+
+	if !s.reports(keyTxnMaxTimeout) {
+		fs = append(fs, Finding{Warn, Source, keyTxnMaxTimeout, "unreadable", fmt.Sprintf(
+			"the source's %s could not be read (it needs DESCRIBE_CONFIGS on the source cluster), so it was not compared with the destination's %s: "+
+				"if the source allows longer transactions, the destination aborts a mirrored aborted transaction at its limit, at an unplanned offset, "+
+				"and the partition fails. Make sure the source's is at most %d",
+			keyTxnMaxTimeout, humanMs(ms), ms)})
+		return timeout, from, fs
+	}
 	src := s.extreme(keyTxnMaxTimeout, defaultTxnMaxTimeoutMs, false)
-	if dst.value >= src.value {
+	if ms >= src.value {
+		return timeout, from, fs
+	}
+	want := min(satAdd(src.value, src.value), maxInt32)
+	fs = append(fs, Finding{Refuse, Destination, keyTxnMaxTimeout, dst.text, fmt.Sprintf(
+		"destination broker(s) %v allow transactions of %s but source broker(s) %v allow %s: a destination transaction holding an aborted source "+
+			"transaction's records stays open until the agent reaches that transaction's marker on the source, at least as long as the source transaction ran, "+
+			"and the destination would abort it after %s, writing a marker at an unplanned offset, which fails the partition. "+
+			"Add the line %s=%d (at least %d; twice the source's leaves room for an older open source transaction, lag and restarts) "+
+			"to server.properties of every destination broker and restart them one at a time: the setting is static, kafka-configs.sh cannot change it. "+
+			"Or lower the source's to at most %d",
+		dst.brokers, humanMs(ms), src.brokers, humanMs(src.value), humanMs(ms), keyTxnMaxTimeout, want, src.value, ms)})
+	return timeout, from, fs
+}
+
+// checkTxnIDExpiry warns when the destination forgets idle transactional ids
+// sooner than Kafka's default. Each mirror partition has two,
+// kmirror.MIRROR.TOPIC.N.fill and .abort, initialized when the partition
+// starts and idle while its source partition has no transaction markers,
+// aborted transactions or compaction holes. The coordinator removes an id
+// idle for transactional.id.expiration.ms; the partition's next filler or
+// aborted transaction then gets INVALID_PRODUCER_ID_MAPPING, and the
+// partition goes FAILED. transactional.id.expiration.ms is a static broker
+// config.
+func checkTxnIDExpiry(d *cluster) []Finding {
+	dst := d.extreme(keyTxnIDExpiry, defaultTxnIDExpiryMs, true)
+	if dst.value >= minTxnIDExpiryMs {
 		return nil
 	}
-	return []Finding{{Warn, Destination, keyTxnMaxTimeout, dst.text, fmt.Sprintf(
-		"destination broker(s) %v allow transactions of %s but the source allows %s: a mirrored transaction that outlives the destination's limit is aborted "+
-			"by the destination at an unplanned offset, which fails the partition. Set transaction.max.timeout.ms to at least %d (%d leaves room for lag and restarts) "+
-			"in server.properties of every destination broker and restart them (the setting is not dynamic)",
-		dst.brokers, humanMs(dst.value), humanMs(src.value), src.value, satAdd(src.value, src.value))}}
+	return []Finding{{Warn, Destination, keyTxnIDExpiry, dst.text, fmt.Sprintf(
+		"destination broker(s) %v forget a transactional id after %s without a transaction: the agent's filler and abort transactional ids of a partition "+
+			"(kmirror.MIRROR.TOPIC.N.fill and .abort) stay idle while its source partition has no transaction markers, aborted transactions or compaction holes, "+
+			"and once the destination has forgotten one, the partition's next filler or aborted transaction fails with INVALID_PRODUCER_ID_MAPPING and the "+
+			"partition goes FAILED until it is recovered. Add the line %s=%d (%s, Kafka's default; more if partitions can go longer without transactions) "+
+			"to server.properties of every destination broker and restart them one at a time (the setting is static)",
+		dst.brokers, humanMs(dst.value), keyTxnIDExpiry, minTxnIDExpiryMs, humanMs(minTxnIDExpiryMs))}}
 }
 
 // retention is the longest time the source keeps the records of the mirror
@@ -480,8 +617,8 @@ func checkProducerExpiry(ctx context.Context, src *kadm.Client, d, s *cluster, t
 		want := satAdd(r.ms, lagBudgetMs)
 		fs = append(fs, Finding{Warn, Destination, keyProducerIDExpiry, dst.text, fmt.Sprintf(
 			"destination broker(s) %v forget a writer's state after %s without a newer record, but %s keeps records for %s: while the agent copies records "+
-				"older than %s, a late request of a killed agent can be appended twice and shift offsets. It is dynamic: %s%s=%d (retention plus one day of lag)",
-			dst.brokers, humanMs(dst.value), where, humanMs(r.ms), humanMs(dst.value), kafkaConfigsDefaultCommand, keyProducerIDExpiry, want)})
+				"older than %s, a late request of a killed agent can be appended twice and shift offsets. It is dynamic: %s (retention plus one day of lag)",
+			dst.brokers, humanMs(dst.value), where, humanMs(r.ms), humanMs(dst.value), d.alterDefault(keyProducerIDExpiry, want))})
 	}
 	if len(r.forever) > 0 {
 		names := r.forever
@@ -491,8 +628,8 @@ func checkProducerExpiry(ctx context.Context, src *kadm.Client, d, s *cluster, t
 		}
 		fs = append(fs, Finding{Warn, Destination, keyProducerIDExpiry, dst.text, fmt.Sprintf(
 			"source topic(s) %q%s keep records without a time limit (retention.ms=-1 or cleanup.policy without delete): while the agent copies their records older than %s, "+
-				"a late request of a killed agent can be appended twice and shift offsets. Before the initial copy, raise it to the age of the oldest record to mirror: %s%s=<milliseconds>",
-			names, more, humanMs(dst.value), kafkaConfigsDefaultCommand, keyProducerIDExpiry)})
+				"a late request of a killed agent can be appended twice and shift offsets. Before the initial copy, raise it to the age of the oldest record to mirror: %s",
+			names, more, humanMs(dst.value), d.alterDefault(keyProducerIDExpiry, "<milliseconds>"))})
 	}
 	return fs, nil
 }
@@ -594,8 +731,8 @@ func checkMinInsync(d *cluster) []Finding {
 	}
 	return []Finding{{Warn, Destination, keyMinInsyncReplicas, mir.text, fmt.Sprintf(
 		"destination broker(s) %v create topics with %d replicas and min.insync.replicas=%d: a write acknowledged by the leader alone can be lost "+
-			"in a leader failover, which shifts the offsets of everything mirrored after it. It is dynamic: %s%s=2",
-		mir.brokers, replicas, mir.value, kafkaConfigsDefaultCommand, keyMinInsyncReplicas)}}
+			"in a leader failover, which shifts the offsets of everything mirrored after it. It is dynamic: %s",
+		mir.brokers, replicas, mir.value, d.alterDefault(keyMinInsyncReplicas, 2))}}
 }
 
 // humanMs formats milliseconds in the largest unit that divides them.

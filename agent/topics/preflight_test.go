@@ -1,12 +1,15 @@
 package topics
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -37,7 +40,13 @@ func TestPreflight(t *testing.T) {
 		dst, src     []kfake.Opt
 		sourceTopics map[string]map[string]string
 		topics       []string
+		bootstrap    []string
 		want         []expected
+		// timeout is the transaction timeout Check must choose (zero:
+		// Kafka's default of 15m, which kfake reports), and from a part
+		// of where it says it comes from.
+		timeout time.Duration
+		from    string
 	}{{
 		name: "Kafka defaults: producer state expires before the source's 7-day retention",
 		sourceTopics: map[string]map[string]string{
@@ -79,19 +88,62 @@ func TestPreflight(t *testing.T) {
 			"week":            nil,
 		},
 	}, {
-		name: "destination transaction.max.timeout.ms below the source's",
+		name: "Kafka defaults on both: the destination's 15m is the timeout",
+		dst:  []kfake.Opt{kfake.BrokerConfigs(map[string]string{"producer.id.expiration.ms": longExpiry})},
+		from: "destination transaction.max.timeout.ms=900000 (lowest, on broker(s) [0])",
+	}, {
+		name: "the destination allows longer than the source: its maximum is the timeout",
+		dst: []kfake.Opt{kfake.BrokerConfigs(map[string]string{
+			"producer.id.expiration.ms":  longExpiry,
+			"transaction.max.timeout.ms": "3600000",
+		})},
+		timeout: time.Hour,
+		from:    "destination transaction.max.timeout.ms=3600000",
+	}, {
+		name: "the same maximum on both is enough",
+		dst: []kfake.Opt{kfake.BrokerConfigs(map[string]string{
+			"producer.id.expiration.ms":  longExpiry,
+			"transaction.max.timeout.ms": "3600000",
+		})},
+		src:     []kfake.Opt{kfake.BrokerConfigs(map[string]string{"transaction.max.timeout.ms": "3600000"})},
+		timeout: time.Hour,
+	}, {
+		name: "destination transaction.max.timeout.ms below the source's: refused, with the server.properties line",
 		dst: []kfake.Opt{kfake.BrokerConfigs(map[string]string{
 			"producer.id.expiration.ms":  longExpiry,
 			"transaction.max.timeout.ms": "60000",
 		})},
-		want: []expected{{Warn, Destination, "transaction.max.timeout.ms", "60000",
-			[]string{"1m", "15m", "at least 900000", "1800000", "not dynamic"}}},
+		want: []expected{{Refuse, Destination, "transaction.max.timeout.ms", "60000",
+			[]string{"allow transactions of 1m but source broker(s) [0] allow 15m", "unplanned offset",
+				"transaction.max.timeout.ms=1800000 (at least 900000", "server.properties", "restart", "static", "at most 60000"}}},
+		timeout: time.Minute,
 	}, {
-		name: "source transaction.max.timeout.ms above the destination's",
+		name: "source transaction.max.timeout.ms above the destination's: refused",
 		dst:  []kfake.Opt{kfake.BrokerConfigs(map[string]string{"producer.id.expiration.ms": longExpiry})},
 		src:  []kfake.Opt{kfake.BrokerConfigs(map[string]string{"transaction.max.timeout.ms": "3600000"})},
-		want: []expected{{Warn, Destination, "transaction.max.timeout.ms", "900000",
-			[]string{"15m", "1h", "at least 3600000"}}},
+		want: []expected{{Refuse, Destination, "transaction.max.timeout.ms", "900000",
+			[]string{"15m", "1h", "transaction.max.timeout.ms=7200000 (at least 3600000"}}},
+	}, {
+		name: "transactional.id.expiration.ms below 7 days",
+		dst: []kfake.Opt{kfake.BrokerConfigs(map[string]string{
+			"producer.id.expiration.ms":      longExpiry,
+			"transactional.id.expiration.ms": "3600000",
+		})},
+		want: []expected{{Warn, Destination, "transactional.id.expiration.ms", "3600000",
+			[]string{"after 1h", ".fill and .abort", "INVALID_PRODUCER_ID_MAPPING", "FAILED",
+				"transactional.id.expiration.ms=604800000 (7d", "server.properties", "static"}}},
+	}, {
+		name: "transactional.id.expiration.ms at 7 days",
+		dst: []kfake.Opt{kfake.BrokerConfigs(map[string]string{
+			"producer.id.expiration.ms":      longExpiry,
+			"transactional.id.expiration.ms": "604800000",
+		})},
+	}, {
+		name:         "the fixing command names the destination's bootstrap servers",
+		sourceTopics: map[string]map[string]string{"week": nil},
+		bootstrap:    []string{"dst-1:9092", "dst-2:9092"},
+		want: []expected{{Warn, Destination, "producer.id.expiration.ms", "86400000 (default)",
+			[]string{"kafka-configs.sh --bootstrap-server dst-1:9092,dst-2:9092 --entity-type brokers --entity-default --alter --add-config producer.id.expiration.ms=691200000"}}},
 	}, {
 		name: "Kafka 3.6 with transaction verification on (its default)",
 		dst: []kfake.Opt{kfake.MaxVersions(kversion.V3_6_0()),
@@ -135,15 +187,18 @@ func TestPreflight(t *testing.T) {
 	}, {
 		name: "several findings come refusals first, then by setting",
 		dst: []kfake.Opt{kfake.MaxVersions(kversion.V3_6_0()), kfake.BrokerConfigs(map[string]string{
-			"producer.id.expiration.ms":  "1000",
-			"transaction.max.timeout.ms": "1000",
+			"producer.id.expiration.ms":      "1000",
+			"transaction.max.timeout.ms":     "1000",
+			"transactional.id.expiration.ms": "1000",
 		})},
 		sourceTopics: map[string]map[string]string{"t": nil},
 		want: []expected{
+			{Refuse, Destination, "transaction.max.timeout.ms", "1000", nil},
 			{Refuse, Destination, "transaction.partition.verification.enable", "true", nil},
 			{Warn, Destination, "producer.id.expiration.ms", "1000", nil},
-			{Warn, Destination, "transaction.max.timeout.ms", "1000", nil},
+			{Warn, Destination, "transactional.id.expiration.ms", "1000", nil},
 		},
+		timeout: time.Second,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testContext(t)
@@ -155,9 +210,17 @@ func TestPreflight(t *testing.T) {
 				}
 			}
 
-			fs, err := Preflight(ctx, dst, src, tc.topics...)
+			opts := CheckOptions{Topics: tc.topics, DestinationBootstrap: tc.bootstrap}
+			r, err := Check(ctx, dst, src, opts)
 			if err != nil {
-				t.Fatalf("Preflight: %v", err)
+				t.Fatalf("Check: %v", err)
+			}
+			fs := r.Findings
+			if want := cmp.Or(tc.timeout, DefaultTxnTimeout); r.TxnTimeout != want {
+				t.Errorf("TxnTimeout = %v, want %v", r.TxnTimeout, want)
+			}
+			if !strings.Contains(r.TxnTimeoutFrom, tc.from) || !strings.Contains(r.TxnTimeoutFrom, "destination transaction.max.timeout.ms=") {
+				t.Errorf("TxnTimeoutFrom = %q, want the destination's setting and %q", r.TxnTimeoutFrom, tc.from)
 			}
 			if len(fs) != len(tc.want) {
 				t.Fatalf("Preflight found %d, want %d:\n%s", len(fs), len(tc.want), fs)
@@ -175,9 +238,9 @@ func TestPreflight(t *testing.T) {
 			}
 
 			// Same clusters, same findings.
-			again, err := Preflight(ctx, dst, src, tc.topics...)
-			if err != nil || !slices.Equal(fs, again) {
-				t.Errorf("second Preflight differs (%v):\n%s\nvs\n%s", err, again, fs)
+			again, err := Check(ctx, dst, src, opts)
+			if err != nil || !slices.Equal(fs, again.Findings) || again.TxnTimeout != r.TxnTimeout {
+				t.Errorf("second Check differs (%v):\n%s\nvs\n%s", err, again.Findings, fs)
 			}
 
 			refusing := slices.ContainsFunc(tc.want, func(e expected) bool { return e.sev == Refuse })
@@ -258,5 +321,129 @@ func TestPreflightSkipsUnreachableBroker(t *testing.T) {
 	}
 	if len(fs) != 1 || fs[0].Severity != Warn || fs[0].Setting != "broker 1" || fs[0].Value != "unreachable" {
 		t.Fatalf("Preflight found:\n%s\nwant one warning about broker 1", fs)
+	}
+}
+
+// configured is a cluster whose broker i reports key=values[i] ("" for a
+// broker that does not report it); no values: configs not readable.
+func configured(name, key string, values ...string) *cluster {
+	c := &cluster{name: name, bootstrap: "<destination>"}
+	if len(values) == 0 {
+		c.brokers = []int32{0}
+		return c
+	}
+	c.configs = map[int32]map[string]kadm.Config{}
+	for i, v := range values {
+		b := int32(i)
+		c.brokers = append(c.brokers, b)
+		c.configs[b] = map[string]kadm.Config{}
+		if v != "" {
+			c.configs[b][key] = kadm.Config{Key: key, Value: kmsg.StringPtr(v)}
+		}
+	}
+	return c
+}
+
+// TestTxnTimeoutDecision pins how the destination transaction timeout is
+// chosen from the brokers' transaction.max.timeout.ms and when it is refused.
+func TestTxnTimeoutDecision(t *testing.T) {
+	const key = "transaction.max.timeout.ms"
+	for _, tc := range []struct {
+		name     string
+		dst, src []string // per broker; src nil: the source's configs are unreadable
+		timeout  time.Duration
+		from     string
+		want     []expected
+	}{{
+		name: "the lowest destination broker decides", dst: []string{"3600000", "1800000", "3600000"}, src: []string{"900000"},
+		timeout: 30 * time.Minute, from: "destination transaction.max.timeout.ms=1800000 (lowest, on broker(s) [1])",
+	}, {
+		name: "equal to the source", dst: []string{"900000"}, src: []string{"900000"},
+		timeout: 15 * time.Minute, from: "destination transaction.max.timeout.ms=900000",
+	}, {
+		name: "the highest source broker decides the refusal", dst: []string{"1800000", "1800000"}, src: []string{"900000", "3600000", ""},
+		timeout: 30 * time.Minute,
+		want: []expected{{Refuse, Destination, key, "1800000",
+			[]string{"broker(s) [0 1] allow transactions of 30m but source broker(s) [1] allow 1h", "transaction.max.timeout.ms=7200000 (at least 3600000", "at most 1800000"}}},
+	}, {
+		name: "twice a huge source maximum stays a Kafka int", dst: []string{"60000"}, src: []string{"2000000000"},
+		timeout: time.Minute,
+		want: []expected{{Refuse, Destination, key, "60000",
+			[]string{"transaction.max.timeout.ms=2147483647 (at least 2000000000"}}},
+	}, {
+		name: "a source broker without the setting counts with Kafka's default", dst: []string{"600000"}, src: []string{"300000", ""},
+		timeout: 10 * time.Minute,
+		want: []expected{{Refuse, Destination, key, "600000",
+			[]string{"source broker(s) [1] allow 15m"}}},
+	}, {
+		name: "the destination does not report it: the default, said so", dst: []string{""}, src: []string{"900000"},
+		timeout: DefaultTxnTimeout, from: "default (Kafka's transaction.max.timeout.ms; the destination's brokers do not report it)",
+		want: []expected{{Warn, Destination, key, "unreported",
+			[]string{"Kafka's default of 15m", "INVALID_TRANSACTION_TIMEOUT"}}},
+	}, {
+		name: "the destination does not report it and the source allows more: refused against the default", dst: []string{"", ""}, src: []string{"3600000"},
+		timeout: DefaultTxnTimeout,
+		want: []expected{
+			{Refuse, Destination, key, "900000 (default)", []string{"allow transactions of 15m but source broker(s) [0] allow 1h"}},
+			{Warn, Destination, key, "unreported", nil},
+		},
+	}, {
+		name: "the source's configs are unreadable: a warning, not a refusal", dst: []string{"60000"},
+		timeout: time.Minute, from: "destination transaction.max.timeout.ms=60000",
+		want: []expected{{Warn, Source, key, "unreadable",
+			[]string{"not compared with the destination's 1m", "at most 60000"}}},
+	}, {
+		name: "the source does not report it: a warning", dst: []string{"60000"}, src: []string{""},
+		timeout: time.Minute,
+		want:    []expected{{Warn, Source, key, "unreadable", nil}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			timeout, from, fs := checkTxnTimeout(configured(Destination, key, tc.dst...), configured(Source, key, tc.src...))
+			if timeout != tc.timeout {
+				t.Errorf("timeout = %v, want %v", timeout, tc.timeout)
+			}
+			if !strings.Contains(from, tc.from) {
+				t.Errorf("from = %q, want it to contain %q", from, tc.from)
+			}
+			slices.SortStableFunc(fs, func(a, b Finding) int { return cmp.Compare(b.Severity, a.Severity) })
+			if len(fs) != len(tc.want) {
+				t.Fatalf("found %d, want %d:\n%s", len(fs), len(tc.want), Findings(fs))
+			}
+			for i, w := range tc.want {
+				f := fs[i]
+				if f.Severity != w.sev || f.Cluster != w.cluster || f.Setting != w.setting || f.Value != w.value {
+					t.Errorf("finding %d = %s\nwant %s %s %s=%s", i, f, w.sev, w.cluster, w.setting, w.value)
+				}
+				for _, s := range w.contains {
+					if !strings.Contains(f.Message, s) {
+						t.Errorf("finding %d message %q does not contain %q", i, f.Message, s)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestTxnIDExpiryDecision pins the transactional.id.expiration.ms warning:
+// below Kafka's 7-day default on any destination broker.
+func TestTxnIDExpiryDecision(t *testing.T) {
+	const key = "transactional.id.expiration.ms"
+	for _, tc := range []struct {
+		dst  []string
+		want string // the finding's value, "" for none
+	}{
+		{[]string{""}, ""}, // Kafka's default
+		{[]string{"604800000"}, ""},
+		{[]string{"2592000000"}, ""},
+		{[]string{"604800000", "86400000"}, "86400000"},
+		{[]string{"604799999"}, "604799999"},
+	} {
+		fs := checkTxnIDExpiry(configured(Destination, key, tc.dst...))
+		switch {
+		case tc.want == "" && len(fs) != 0:
+			t.Errorf("%v: %s, want no finding", tc.dst, Findings(fs))
+		case tc.want != "" && (len(fs) != 1 || fs[0].Severity != Warn || fs[0].Setting != key || fs[0].Value != tc.want):
+			t.Errorf("%v: %s, want one warning with value %s", tc.dst, Findings(fs), tc.want)
+		}
 	}
 }

@@ -108,6 +108,13 @@ type Mirror struct {
 	// MetadataRefreshIntervalMs is the spec's interval, or the agent's
 	// default when the spec has none.
 	MetadataRefreshIntervalMs int64 `json:"metadata_refresh_interval_ms"`
+
+	// TxnTimeoutMs is the timeout of the agent's destination transactions
+	// (those of aborted source records, and fillers): the destination's
+	// transaction.max.timeout.ms as the last preflight read it; 0 before
+	// the first. TxnTimeoutFrom says where it came from.
+	TxnTimeoutMs   int64  `json:"txn_timeout_ms,omitempty"`
+	TxnTimeoutFrom string `json:"txn_timeout_from,omitempty"`
 }
 
 // MetadataSync is the state of each kind of metadata sync of a mirror.

@@ -62,7 +62,7 @@ func (fixtureBackend) Describe() []coordinator.MirrorStatus {
 			},
 			SourceClusterID: "src-cluster", TopicConfigExclude: []string{"follower.replication.throttled.replicas"},
 			GroupsInclude: []string{"app-.*"}, GroupsExclude: []string{"app-test"}, ACLInclude: []string{"TOPIC;foo.*"},
-			MetadataRefreshIntervalMs: 30000},
+			MetadataRefreshIntervalMs: 30000, TxnTimeoutMs: 3600000, TxnTimeoutFrom: "destination transaction.max.timeout.ms=3600000 (lowest, on broker(s) [0 1 2])"},
 		{Name: "mig", Source: mirrorapi.Source{BootstrapServers: []string{"old:9092"}}, Error: "connecting to source old:9092: dial tcp: lookup old: no such host",
 			StateCounts: map[mirrorapi.State]int{}, Topics: []mirrorapi.Topic{},
 			GroupsInclude: []string{".*"}, GroupsExclude: []string{}, ACLInclude: []string{}, MetadataRefreshIntervalMs: 10000},

@@ -191,6 +191,7 @@ func writeTable(w io.Writer, ms []mirrorapi.Mirror) error {
 	for _, m := range ms {
 		fmt.Fprintf(w, "mirror %s source: %s\n", m.Name, sourceLine(m))
 		fmt.Fprintf(w, "mirror %s settings: %s\n", m.Name, settingsLine(m))
+		fmt.Fprintf(w, "mirror %s destination transaction timeout: %s\n", m.Name, txnTimeoutLine(m))
 	}
 	return nil
 }
@@ -224,6 +225,19 @@ func settingsLine(m mirrorapi.Mirror) string {
 		"acl_include=" + listValue(m.ACLInclude),
 		"topic_config_exclude=" + listValue(m.TopicConfigExclude),
 	}, " ")
+}
+
+// txnTimeoutLine says the timeout of the agent's destination transactions
+// and where the preflight took it from.
+func txnTimeoutLine(m mirrorapi.Mirror) string {
+	if m.TxnTimeoutMs <= 0 {
+		return "not known yet (the preflight has not run)"
+	}
+	line := (time.Duration(m.TxnTimeoutMs) * time.Millisecond).String()
+	if m.TxnTimeoutFrom != "" {
+		line += ", from " + m.TxnTimeoutFrom
+	}
+	return line
 }
 
 // listValue joins xs with commas, quoting an item that holds a comma, a
