@@ -9,3 +9,5 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# librdkafka through confluent-kafka (internal/rdkafka), in a virtualenv in the user cache directory.
+"$(dirname "$0")/install-rdkafka.sh" >/dev/null
