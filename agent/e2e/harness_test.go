@@ -47,6 +47,14 @@ type pair struct {
 	src, dst       *devcluster.Cluster
 	srcCl, dstCl   *kgo.Client
 	srcAdm, dstAdm *kadm.Client
+
+	eng engine
+	// topic is the name pairOpts.topic was created under (engines_test.go).
+	topic string
+	// suffix makes names this test's own on shared clusters, and
+	// stateTopic is the agent's state topic there; both are empty on the
+	// embedded engine.
+	suffix, stateTopic string
 }
 
 type pairOpts struct {
@@ -55,6 +63,16 @@ type pairOpts struct {
 	// destination starts empty (the agent creates the mirror topic).
 	topic      string
 	partitions int32
+	// secured runs the clusters with SASL users and ACLs (the
+	// StandardAuthorizer on Kafka) as securedOpts has them; the test
+	// clients authenticate as the super user agent. Kafka engines only
+	// (newPairOn; securedPair is the embedded form).
+	secured bool
+	// srcConfigs and dstConfigs are broker configs of the clusters (such
+	// as a small transactional.id.expiration.ms). On a Kafka engine each
+	// distinct set is a shared cluster of its own, so use them only for
+	// what topic configs cannot say. Kafka engines only.
+	srcConfigs, dstConfigs map[string]string
 }
 
 // newPair starts two strict dev clusters ("src" and "dst"), closed when the
@@ -69,20 +87,26 @@ func newPair(t *testing.T, o pairOpts) *pair {
 		src: devcluster.StartT(t, srcOpts...),
 		dst: devcluster.StartT(t, devcluster.Name("dst"), devcluster.Brokers(max(o.dstBrokers, 1))),
 	}
+	p.connect(t)
+	return p
+}
+
+// connect makes the pair's clients, with opts (authentication) added.
+func (p *pair) connect(t *testing.T, opts ...kgo.Opt) {
+	t.Helper()
 	// Metadata cached for kgo's default 5s would make the polls below see
 	// a topic the agent just created, or a leader that just moved, 5s
 	// late.
 	var err error
-	if p.srcCl, err = kgo.NewClient(kgo.SeedBrokers(p.src.Bootstrap()...), kgo.MetadataMinAge(100*time.Millisecond)); err != nil {
+	if p.srcCl, err = kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(p.src.Bootstrap()...), kgo.MetadataMinAge(100 * time.Millisecond)}, opts...)...); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.srcCl.Close)
-	if p.dstCl, err = kgo.NewClient(kgo.SeedBrokers(p.dst.Bootstrap()...), kgo.MetadataMinAge(100*time.Millisecond)); err != nil {
+	if p.dstCl, err = kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(p.dst.Bootstrap()...), kgo.MetadataMinAge(100 * time.Millisecond)}, opts...)...); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.dstCl.Close)
 	p.srcAdm, p.dstAdm = kadm.NewClient(p.srcCl), kadm.NewClient(p.dstCl)
-	return p
 }
 
 // srcOpts are client options reaching the source, for workloads. A short
@@ -123,6 +147,7 @@ func (p *pair) startAgentWith(t *testing.T, o agentOpts, tune func(*coordinator.
 	t.Helper()
 	cfg := coordinator.Config{
 		Destination:     []kgo.Opt{kgo.SeedBrokers(p.dst.Bootstrap()...)},
+		StateTopic:      p.stateTopic,
 		RefreshInterval: o.refreshInterval,
 		Logger:          testLogger(t, "agent"),
 	}
@@ -386,8 +411,7 @@ func (p *pair) assertIdentical(t *testing.T, topic string, o identityOpts) map[i
 	if err := kcat.Available(); err != nil {
 		t.Fatalf("kcat is needed to read with an independent client: %v", err)
 	}
-	srcBoot := strings.Join(p.src.Kfake().ListenAddrs(), ",")
-	dstBoot := strings.Join(p.dst.Kfake().ListenAddrs(), ",")
+	srcBoot, dstBoot := p.src.BootstrapString(), p.dst.BootstrapString()
 	for _, part := range slices.Sorted(maps.Keys(uncommitted)) {
 		for _, iso := range isos {
 			var srcRecs, dstRecs []verify.Record

@@ -19,8 +19,12 @@ import (
 // batches at the same offsets with the same codec and the same compressed
 // bytes (only producer id, epoch, sequence, leader epoch and CRC differ).
 func TestByteIdentity(t *testing.T) {
-	const topic = "identity"
-	p := newPair(t, pairOpts{srcBrokers: 3, topic: topic, partitions: 3})
+	forEngines(t, testByteIdentity)
+}
+
+func testByteIdentity(t *testing.T, e engine) {
+	p := newPairOn(t, e, pairOpts{srcBrokers: 3, topic: "identity", partitions: 3})
+	topic := p.topic
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	st, err := workload.Produce(ctx, p.srcOpts(), workload.Spec{

@@ -157,7 +157,7 @@ func startKafka(cfg config) (*Cluster, error) {
 	}
 
 	e := &kafkaEngine{version: version, libs: libs, root: cfg.dataDir,
-		java: []string{"-Xms128m", "-Xmx768m", "-XX:+UseSerialGC", "-XX:MaxDirectMemorySize=256m",
+		java: []string{"-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:MaxDirectMemorySize=256m",
 			"-Djava.awt.headless=true", "-Djava.net.preferIPv4Stack=true"}}
 	if e.root == "" {
 		if e.root, err = os.MkdirTemp("", "kmirror-kafka-"+cfg.name+"-"); err != nil {
