@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# make demo: two embedded Kafka clusters, the agent, live lag, and the same
-# records at the same offsets on both sides. Everything it starts is stopped
+# make demo: two Kafka clusters, the agent, live lag, and the same records at
+# the same offsets on both sides. The clusters are embedded (kfake) unless
+# KMIRROR_ENGINE=kafka, which runs Apache Kafka brokers (KMIRROR_KAFKA_VERSION
+# picks the release; the jars are fetched once into the user cache). Everything it starts is stopped
 # on exit or Ctrl-C; everything it writes is under .work/demo (git-ignored).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_TO_WATCH="${DEMO_SECONDS:-60}"
 WORK=.work/demo
 BIN=./bin/kmirror
+ENGINE="${KMIRROR_ENGINE:-embedded}"
+case "$ENGINE" in
+  embedded|kafka) ;;
+  *) echo "KMIRROR_ENGINE=$ENGINE: want embedded or kafka" >&2; exit 2 ;;
+esac
 mkdir -p "$WORK"
 rm -f "$WORK"/*.log "$WORK"/pids
 
@@ -56,11 +63,13 @@ make -s build
 SRC_PORT=$(free_ports 3 19092)
 DST_PORT=$(free_ports 1 $((SRC_PORT + 100)))
 API_PORT=$(free_ports 1 18080)
-step "starting the source cluster (3 brokers on 127.0.0.1:$SRC_PORT-$((SRC_PORT + 2))) and the destination cluster (127.0.0.1:$DST_PORT)"
-start source "$BIN" dev-cluster --name source --brokers 3 --port "$SRC_PORT"
-start destination "$BIN" dev-cluster --name destination --brokers 1 --port "$DST_PORT"
-wait_for "$WORK/source.log" '^bootstrap: ' 30
-wait_for "$WORK/destination.log" '^bootstrap: ' 30
+step "starting the source cluster (3 brokers on 127.0.0.1:$SRC_PORT-$((SRC_PORT + 2))) and the destination cluster (127.0.0.1:$DST_PORT), engine $ENGINE"
+start source "$BIN" dev-cluster --engine "$ENGINE" --name source --brokers 3 --port "$SRC_PORT"
+start destination "$BIN" dev-cluster --engine "$ENGINE" --name destination --brokers 1 --port "$DST_PORT"
+# Kafka brokers are JVMs (and a first run fetches their jars).
+ready=30; [ "$ENGINE" = kafka ] && ready=300
+wait_for "$WORK/source.log" '^bootstrap: ' $ready
+wait_for "$WORK/destination.log" '^bootstrap: ' $ready
 SRC=$(sed -n 's/^bootstrap: //p' "$WORK/source.log")
 DST=$(sed -n 's/^bootstrap: //p' "$WORK/destination.log")
 echo "source:      $SRC"

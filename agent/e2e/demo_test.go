@@ -18,13 +18,22 @@ import (
 // clusters, a failover through terraform makes the destination writable right after the last
 // mirrored offset, a consumer group resumes on the destination where it left off on the source;
 // and that it cleans up.
+//
+// It runs on the embedded engine (make demo) and on the newest Kafka release
+// (KMIRROR_ENGINE=kafka make demo).
 func TestDemo(t *testing.T) {
+	for _, e := range []engine{embedded, realEngines()[0]} {
+		t.Run(e.name, func(t *testing.T) { testDemo(t, e) })
+	}
+}
+
+func testDemo(t *testing.T, e engine) {
 	root := moduleRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "tools", "demo.sh"))
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "DEMO_SECONDS=5")
+	cmd.Env = append(os.Environ(), "DEMO_SECONDS=5", "KMIRROR_ENGINE="+string(e.kind), "KMIRROR_KAFKA_VERSION="+e.version)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("demo failed: %v\n%s", err, out)

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -97,7 +98,7 @@ func (g *Groups) Sync(ctx context.Context, f *Filter, parts map[string][]int32) 
 	}
 	var errs []error
 	committed := map[string]kadm.Offsets{} // group -> source offsets on parts
-	for _, r := range g.src.FetchManyOffsets(ctx, names...) {
+	for _, r := range fetchOffsets(ctx, g.src, names) {
 		if r.Err != nil {
 			errs = append(errs, fmt.Errorf("group %q: fetching its offsets on the source: %w", r.Group, r.Err))
 			continue
@@ -151,7 +152,7 @@ func (g *Groups) Sync(ctx context.Context, f *Filter, parts map[string][]int32) 
 	if err != nil {
 		return Result{}, fmt.Errorf("listing the destination's log end offsets: %w", err)
 	}
-	current := g.dst.FetchManyOffsets(ctx, candidates...)
+	current := fetchOffsets(ctx, g.dst, candidates)
 
 	res := Result{}
 	for _, name := range candidates {
@@ -189,10 +190,13 @@ func (g *Groups) Sync(ctx context.Context, f *Filter, parts map[string][]int32) 
 			res.Items++
 			continue
 		}
-		resp, err := g.dst.CommitOffsets(ctx, name, commit)
-		if err == nil {
-			err = resp.Error()
-		}
+		err := awaitCoordinator(ctx, func() error {
+			resp, err := g.dst.CommitOffsets(ctx, name, commit)
+			if err == nil {
+				err = resp.Error()
+			}
+			return err
+		})
 		switch {
 		case errors.Is(err, kerr.UnknownMemberID), errors.Is(err, kerr.IllegalGeneration), errors.Is(err, kerr.RebalanceInProgress):
 			// Members joined since ListGroups: the group is active.
@@ -207,6 +211,60 @@ func (g *Groups) Sync(ctx context.Context, f *Filter, parts map[string][]int32) 
 		g.log.Debug("synced consumer group offsets", "group", name, "partitions", len(commit.Sorted()))
 	}
 	return res, errors.Join(errs...)
+}
+
+// A group request on a cluster where no group was used yet makes the broker
+// create __consumer_offsets, and until its partitions have leaders every
+// group request answers COORDINATOR_NOT_AVAILABLE; a coordinator that moved
+// or is loading answers NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS.
+// kadm returns these per group without retrying, so group sync waits for
+// the coordinator a bounded time: the final sync of a failover must not
+// give up on a fresh destination (seen on Apache Kafka, which kfake does not
+// show: its coordinator is always there).
+const coordinatorTries = 40
+
+var coordinatorBackoff = 250 * time.Millisecond // a variable for the tests
+
+func coordinatorPending(err error) bool {
+	return errors.Is(err, kerr.CoordinatorNotAvailable) || errors.Is(err, kerr.NotCoordinator) ||
+		errors.Is(err, kerr.CoordinatorLoadInProgress)
+}
+
+// awaitCoordinator runs fn until it returns something other than a pending
+// coordinator, at most coordinatorTries times.
+func awaitCoordinator(ctx context.Context, fn func() error) error {
+	for try := 1; ; try++ {
+		err := fn()
+		if !coordinatorPending(err) || try == coordinatorTries {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(coordinatorBackoff):
+		}
+	}
+}
+
+// fetchOffsets is FetchManyOffsets, asking again for the groups whose
+// coordinator is pending.
+func fetchOffsets(ctx context.Context, adm GroupSource, names []string) kadm.FetchOffsetsResponses {
+	out := kadm.FetchOffsetsResponses{}
+	ask := names
+	_ = awaitCoordinator(ctx, func() error {
+		var again []string
+		for name, r := range adm.FetchManyOffsets(ctx, ask...) {
+			out[name] = r
+			if coordinatorPending(r.Err) {
+				again = append(again, name)
+			}
+		}
+		if ask = again; len(ask) == 0 {
+			return nil
+		}
+		return kerr.CoordinatorNotAvailable // some are pending: ask those again
+	})
+	return out
 }
 
 // logActive logs the groups skipped because they are active on the
