@@ -444,9 +444,11 @@ func (e *kafkaEngine) logOpt(n *kafkaNode) string {
 	return "-Dlog4j2.configurationFile=" + f
 }
 
-// clusterID derives the 22-character Kafka cluster id from the cluster's
-// name, so that a restart with DataDir finds the id it was formatted with.
-func clusterID(name string) string {
+// KafkaClusterID is the cluster id the Kafka engine gives a cluster named
+// name (Kafka's ids are 22-character UUIDs, so the name cannot be the id as
+// on the embedded engine); derived from the name, so that a restart with
+// DataDir finds the id it was formatted with.
+func KafkaClusterID(name string) string {
 	sum := sha256.Sum256([]byte("kmirror dev-cluster " + name))
 	sum[0] &= 0x7f // never a leading '-', which tools take for a flag (as Kafka's Uuid.randomUuid avoids)
 	return base64.RawURLEncoding.EncodeToString(sum[:16])
@@ -462,7 +464,7 @@ func (e *kafkaEngine) format(cfg config, auth *internalAuth) error {
 			continue
 		}
 		args := append([]string{"-Xmx256m"}, e.logOpt(n), "-cp", e.classpath(),
-			"kafka.tools.StorageTool", "format", "-t", clusterID(cfg.name), "-c", n.props)
+			"kafka.tools.StorageTool", "format", "-t", KafkaClusterID(cfg.name), "-c", n.props)
 		if cfg.txnVersion != 0 {
 			args = append(args, "--feature", "transaction.version="+strconv.Itoa(cfg.txnVersion))
 		}

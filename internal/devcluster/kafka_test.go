@@ -54,8 +54,8 @@ func TestKafkaEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if md.Cluster != clusterID("src") || len(md.Brokers) != 1 {
-		t.Fatalf("metadata: cluster %q with %d brokers, want %q with 1", md.Cluster, len(md.Brokers), clusterID("src"))
+	if md.Cluster != KafkaClusterID("src") || len(md.Brokers) != 1 {
+		t.Fatalf("metadata: cluster %q with %d brokers, want %q with 1", md.Cluster, len(md.Brokers), KafkaClusterID("src"))
 	}
 	if d, ok := md.Topics["seeded"]; !ok || len(d.Partitions) != 3 {
 		t.Fatalf("seed topic: %+v", md.Topics["seeded"])

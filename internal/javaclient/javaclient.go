@@ -5,7 +5,7 @@
 // The client is one Java source file, KmirrorClient.java, embedded here. It
 // is compiled with javac once per source and kafka-clients version into the
 // user cache directory (kmirror/javaclient/<hash>) and run with java. The
-// jars are those tools/install-kafka.sh fetches for a Kafka release (once per
+// jars are those devcluster.FetchKafka fetches for a Kafka release (once per
 // machine); javac and java come from the JDK on PATH.
 package javaclient
 
@@ -23,6 +23,7 @@ import (
 	"sync"
 
 	"github.com/kmirror/kmirror/internal/clientop"
+	"github.com/kmirror/kmirror/internal/devcluster"
 )
 
 //go:embed KmirrorClient.java
@@ -36,11 +37,11 @@ const DefaultKafkaVersion = "4.4.0"
 // DefaultKafkaVersion.
 type Client struct {
 	// KafkaVersion is the release (e.g. "3.9.2") whose jars
-	// tools/install-kafka.sh fetches, if not yet on this machine; "" is
+	// devcluster.FetchKafka fetches, if not yet on this machine; "" is
 	// DefaultKafkaVersion. Unused when LibsDir is set.
 	KafkaVersion string
 	// LibsDir is a directory holding kafka-clients-<version>.jar and its
-	// dependencies; "" is the one tools/install-kafka.sh prints.
+	// dependencies; "" is the one devcluster.FetchKafka returns.
 	LibsDir string
 }
 
@@ -70,13 +71,8 @@ func (c Client) Run(ctx context.Context, op clientop.Op) (clientop.Result, error
 	return clientop.Exec(ctx, "javaclient", op, cmd)
 }
 
-var (
-	libsMu    sync.Mutex
-	libsCache = map[string]string{}
-)
-
 // Libs returns the directory of Kafka jars c uses, running
-// tools/install-kafka.sh (which fetches them once per machine) when LibsDir
+// devcluster.FetchKafka (which fetches them once per machine) when LibsDir
 // is empty.
 func (c Client) Libs(ctx context.Context) (string, error) {
 	if c.LibsDir != "" {
@@ -86,16 +82,10 @@ func (c Client) Libs(ctx context.Context) (string, error) {
 	if v == "" {
 		v = DefaultKafkaVersion
 	}
-	libsMu.Lock()
-	defer libsMu.Unlock()
-	if d, ok := libsCache[v]; ok {
-		return d, nil
-	}
-	d, err := clientop.RunTool(ctx, "install-kafka.sh", v)
+	d, err := devcluster.FetchKafka(ctx, v)
 	if err != nil {
 		return "", fmt.Errorf("javaclient: fetching the Kafka %s jars: %w", v, err)
 	}
-	libsCache[v] = d
 	return d, nil
 }
 

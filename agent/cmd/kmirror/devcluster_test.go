@@ -27,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/kmirror/kmirror/internal/devcluster"
 	"github.com/kmirror/kmirror/internal/kmirrorbin"
 )
 
@@ -233,8 +234,8 @@ func startDevCluster(t *testing.T, bin string, args ...string) (p *devProcess, b
 			t.Fatalf("first stdout line %q is not the bootstrap line", line)
 		}
 		return p, rest, true
-	case <-time.After(60 * time.Second):
-		t.Fatalf("no bootstrap line within a minute; stderr:\n%s", p.stderr)
+	case <-time.After(3 * time.Minute): // Kafka brokers are JVMs, slow to start on a loaded machine
+		t.Fatalf("no bootstrap line within 3 minutes; stderr:\n%s", p.stderr)
 	}
 	return nil, "", false
 }
@@ -263,12 +264,20 @@ func (p *devProcess) stop(t *testing.T) int {
 	}
 }
 
-// TestDevClusterBinary runs the real binary: two brokers on fixed ports,
-// produce and consume through them, refuse a keyless record on a compacted
-// topic (strict by default), and exit 0 on SIGTERM with nothing else on
-// stdout.
+// TestDevClusterBinary runs the real binary on each engine: two brokers on
+// fixed ports, produce and consume through them, refuse a keyless record on
+// a compacted topic (the strict layer on the embedded engine, the broker
+// itself on Kafka), and exit 0 on SIGTERM with nothing else on stdout and,
+// on Kafka, no broker JVM left behind.
 func TestDevClusterBinary(t *testing.T) {
+	for _, engine := range []string{"embedded", "kafka"} {
+		t.Run(engine, func(t *testing.T) { testDevClusterBinary(t, engine) })
+	}
+}
+
+func testDevClusterBinary(t *testing.T, engine string) {
 	bin := kmirrorbin.Path(t)
+	name := "bin-test-" + engine
 
 	var (
 		p         *devProcess
@@ -278,7 +287,7 @@ func TestDevClusterBinary(t *testing.T) {
 	for attempt := 0; ; attempt++ {
 		port = freePortPair(t)
 		var ok bool
-		p, bootstrap, ok = startDevCluster(t, bin, "--name", "bin-test", "--brokers", "2", "--port", strconv.Itoa(port), "--log-level", "warn")
+		p, bootstrap, ok = startDevCluster(t, bin, "--engine", engine, "--name", name, "--brokers", "2", "--port", strconv.Itoa(port), "--log-level", "warn")
 		if ok {
 			break
 		}
@@ -308,8 +317,12 @@ func TestDevClusterBinary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if meta.Cluster != "bin-test" || len(meta.Brokers) != 2 {
-		t.Fatalf("metadata: cluster %q with %d brokers, want bin-test with 2", meta.Cluster, len(meta.Brokers))
+	wantID := name
+	if engine == "kafka" {
+		wantID = devcluster.KafkaClusterID(name)
+	}
+	if meta.Cluster != wantID || len(meta.Brokers) != 2 {
+		t.Fatalf("metadata: cluster %q with %d brokers, want %s with 2", meta.Cluster, len(meta.Brokers), wantID)
 	}
 	if _, err := adm.CreateTopic(ctx, 2, 1, nil, "demo"); err != nil {
 		t.Fatal(err)
@@ -337,7 +350,7 @@ func TestDevClusterBinary(t *testing.T) {
 	}
 	err = cl.ProduceSync(ctx, &kgo.Record{Topic: "compacted", Value: []byte("no key")}).FirstErr()
 	if !errors.Is(err, kerr.InvalidRecord) {
-		t.Fatalf("keyless record on a compacted topic: %v, want INVALID_RECORD from the strict layer", err)
+		t.Fatalf("keyless record on a compacted topic: %v, want INVALID_RECORD", err)
 	}
 	cl.Close()
 
@@ -346,6 +359,51 @@ func TestDevClusterBinary(t *testing.T) {
 	}
 	for line := range p.lines {
 		t.Errorf("unexpected extra stdout line %q", line)
+	}
+	if engine == "kafka" {
+		if jvms := brokerJVMs(t, name); len(jvms) > 0 {
+			t.Fatalf("broker JVMs %v still run after dev-cluster exited", jvms)
+		}
+	}
+}
+
+// brokerJVMs lists the pids of the Kafka engine's broker processes of the
+// cluster named name (their command lines hold its data directory).
+func brokerJVMs(t *testing.T, name string) []string {
+	t.Helper()
+	out, err := exec.Command("pgrep", "-f", "kafka.Kafka .*kmirror-kafka-"+name+"-").Output()
+	if err != nil {
+		return nil // pgrep exits 1 when nothing matches
+	}
+	return strings.Fields(string(out))
+}
+
+// TestDevClusterKafkaKilled: a dev-cluster killed with SIGKILL (no deferred
+// close) takes its broker JVMs with it.
+func TestDevClusterKafkaKilled(t *testing.T) {
+	bin := kmirrorbin.Path(t)
+	const name = "killed"
+	p, _, ok := startDevCluster(t, bin, "--engine", "kafka", "--name", name, "--port", "0", "--log-level", "warn")
+	if !ok {
+		t.Fatal("ports taken")
+	}
+	if jvms := brokerJVMs(t, name); len(jvms) != 1 {
+		t.Fatalf("broker JVMs of a running 1-broker cluster: %v, want 1", jvms)
+	}
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.cmd.Wait()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		jvms := brokerJVMs(t, name)
+		if len(jvms) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("broker JVMs %v outlived their SIGKILLed dev-cluster", jvms)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
 
 	"github.com/kmirror/kmirror/internal/clientop"
 )
@@ -45,16 +46,24 @@ func admin(t *testing.T, b *Broker) (*kgo.Client, *kadm.Client) {
 	return cl, kadm.NewClient(cl)
 }
 
-// CreateTopic creates topic with partitions partitions on b.
+// CreateTopic creates topic with partitions partitions on both of b's
+// clusters, the plain and the SASL one.
 func CreateTopic(t *testing.T, b *Broker, topic string, partitions int32) {
 	t.Helper()
-	_, adm := admin(t, b)
-	resp, err := adm.CreateTopic(ctxFor(t), partitions, 1, nil, topic)
-	if err == nil {
-		err = resp.Err
-	}
+	_, plainAdm := admin(t, b)
+	saslCl, err := kgo.NewClient(kgo.SeedBrokers(b.SASLBootstrap), kgo.SASL(plain.Auth{User: SASLUser, Pass: SASLPassword}.AsMechanism()))
 	if err != nil {
-		t.Fatalf("creating topic %s: %v", topic, err)
+		t.Fatal(err)
+	}
+	t.Cleanup(saslCl.Close)
+	for _, adm := range []*kadm.Client{plainAdm, kadm.NewClient(saslCl)} {
+		resp, err := adm.CreateTopic(ctxFor(t), partitions, 1, nil, topic)
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil {
+			t.Fatalf("creating topic %s: %v", topic, err)
+		}
 	}
 }
 
