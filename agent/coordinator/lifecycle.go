@@ -50,6 +50,8 @@ type FenceRequest struct {
 	// source client, or one made from the same options when the mirror is
 	// not connected.
 	Admin *kadm.Client
+	// Client is the client Admin was made from.
+	Client *kgo.Client
 }
 
 // SourceFence stops writes to the source topics of a promote, so that the
@@ -237,9 +239,9 @@ func (m *mirror) fenceSource(ctx context.Context, topics []string) error {
 	src := m.source
 	spec := m.spec
 	m.mu.Unlock()
-	var adm *kadm.Client
+	var admCl *kgo.Client
 	if src != nil {
-		adm = kadm.NewClient(src.cl)
+		admCl = src.cl
 	} else {
 		opts, err := m.c.sourceOpts(spec)
 		if err != nil {
@@ -250,11 +252,12 @@ func (m *mirror) fenceSource(ctx context.Context, topics []string) error {
 			return fmt.Errorf("promote: connecting to the source to fence writes on %q: %w", topics, err)
 		}
 		defer cl.Close()
-		adm = kadm.NewClient(cl)
+		admCl = cl
 	}
+	adm := kadm.NewClient(admCl)
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	res, err := m.c.cfg.SourceFence.Fence(fctx, FenceRequest{Mirror: spec.Name, Source: spec.Source, Topics: topics, Admin: adm})
+	res, err := m.c.cfg.SourceFence.Fence(fctx, FenceRequest{Mirror: spec.Name, Source: spec.Source, Topics: topics, Admin: adm, Client: admCl})
 	if err != nil {
 		return fmt.Errorf("promote: fencing writes on the source topics %q: %w", topics, err)
 	}

@@ -203,7 +203,13 @@ func (ACLSourceFence) Fence(ctx context.Context, req FenceRequest) (FenceResult,
 	if req.Admin == nil {
 		return FenceResult{}, errors.New("no source admin client")
 	}
-	e := readonly.New(req.Admin)
+	var opts []readonly.Option
+	if req.Client != nil {
+		// Enforce then waits until every source broker has the
+		// fence: until then a broker may still accept writes.
+		opts = append(opts, readonly.WithClient(req.Client))
+	}
+	e := readonly.New(req.Admin, opts...)
 	var unfenced []string
 	for _, t := range req.Topics {
 		enforced, err := e.Enforce(ctx, t)

@@ -11,16 +11,18 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -28,8 +30,10 @@ import (
 	"github.com/kmirror/kmirror/agent/metasync"
 	"github.com/kmirror/kmirror/agent/metrics"
 	"github.com/kmirror/kmirror/agent/partition"
-	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/clientop"
+	"github.com/kmirror/kmirror/internal/javaclient"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/rdkafka"
 	"github.com/kmirror/kmirror/internal/workload"
 )
 
@@ -128,36 +132,122 @@ func (c drCopy) add(r *kgo.Record) {
 	c[r.Partition][r.Offset]++
 }
 
+// waitSyncRun waits until a whole sync of kind has run after the call: a
+// success recorded after now, then another. LastSuccess has whole seconds,
+// and each kind runs one sync at a time, so the second began after the
+// first ended, that is after the call. What a sync must leave alone (a
+// filtered group, a foreign ACL, a stopped topic's configs) can only be
+// shown so.
+func (a *agent) waitSyncRun(t *testing.T, kind metasync.Kind) {
+	t.Helper()
+	status := func() mirrorapi.SyncStatus {
+		s := a.syncStatus()
+		switch kind {
+		case metasync.KindConfigs:
+			return s.Configs
+		case metasync.KindGroups:
+			return s.Groups
+		case metasync.KindACLs:
+			return s.ACLs
+		}
+		return s.Partitions
+	}
+	since := time.Now().UTC().Truncate(time.Second)
+	var first time.Time
+	waitFor(t, a, fmt.Sprintf("a whole %s sync after now", kind), failWait, func() (bool, string) {
+		s := status()
+		last, err := time.Parse(time.RFC3339, s.LastSuccess)
+		switch {
+		case err != nil:
+		case first.IsZero():
+			if last.After(since) {
+				first = last
+			}
+		case last.After(first):
+			return true, ""
+		}
+		return false, fmt.Sprintf("%s sync status %+v", kind, s)
+	})
+}
+
+// cutLink dials the source for the agent until cut, then refuses and closes
+// what it dialed: the source gone as the agent sees it, while the test
+// still reads it (a shared cluster cannot be closed).
+type cutLink struct {
+	mu    sync.Mutex
+	cut   bool
+	conns []net.Conn
+}
+
+func (l *cutLink) dial(ctx context.Context, network, host string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, host)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cut {
+		c.Close()
+		return nil, fmt.Errorf("dialing %s: the test cut the agent off from the source", host)
+	}
+	l.conns = append(l.conns, c)
+	return c, nil
+}
+
+// cutOff closes every connection dialed and refuses new ones.
+func (l *cutLink) cutOff() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cut = true
+	for _, c := range l.conns {
+		c.Close()
+	}
+	l.conns = nil
+}
+
 // TestMetaSyncDRDrill: a consumer group consumes on the source, committing
 // once per refresh interval, and dies without a last commit; the topic fails
 // over; the same group on the destination resumes at the offsets it last
 // committed on the source: no destination record is skipped, and the only
 // duplicates are what it read after its last commit. With the source gone
 // at the failover, the last periodic sync is what the group resumes from.
+// Clients other than franz-go resume there too: the Java client and
+// librdkafka, joining the group on the destination, start each partition at
+// the synced offset, with the record the source holds there.
 func TestMetaSyncDRDrill(t *testing.T) {
-	for _, sourceGone := range []bool{false, true} {
-		name := "source up"
-		if sourceGone {
-			name = "source gone"
+	forEngines(t, func(t *testing.T, e engine) {
+		for _, sourceGone := range []bool{false, true} {
+			name := "source up"
+			if sourceGone {
+				name = "source gone"
+			}
+			t.Run(name, func(t *testing.T) { drDrill(t, e, sourceGone) })
 		}
-		t.Run(name, func(t *testing.T) { drDrill(t, sourceGone) })
-	}
+	})
 }
 
-func drDrill(t *testing.T, sourceGone bool) {
-	const parts, group = 3, "billing"
-	p := newPair(t, pairOpts{topic: lifecycleTopic, partitions: parts})
-	spec := p.spec(lifecycleTopic)
+func drDrill(t *testing.T, e engine, sourceGone bool) {
+	const parts = 3
+	p := newPairOn(t, e, pairOpts{topic: lifecycleTopic, partitions: parts})
+	topic, group := p.topic, p.name("billing")
+	spec := p.spec(topic)
 	spec.MetadataRefreshIntervalMs = syncInterval.Milliseconds()
-	a := p.startAgentWith(t, agentOpts{apply: &spec}, func(c *coordinator.Config) { c.StopTimeout = 10 * time.Second })
+	spec.GroupsInclude = []string{regexp.QuoteMeta(group)}
+	link := &cutLink{}
+	a := p.startAgentWith(t, agentOpts{apply: &spec}, func(c *coordinator.Config) {
+		c.StopTimeout = 10 * time.Second
+		c.SourceOpts = func(s coordinator.Source) []kgo.Opt {
+			return []kgo.Opt{kgo.SeedBrokers(s.BootstrapServers...), kgo.Dialer(link.dial)}
+		}
+	})
 	// Plain records only: every destination offset is one a consumer
 	// reads, so that a skipped offset is a skipped record.
-	prod := workload.NewProducer(p.srcOpts(), workload.Spec{Topic: lifecycleTopic, Partitions: parts, Seed: 5}, 1500)
+	prod := workload.NewProducer(p.srcOpts(), workload.Spec{Topic: topic, Partitions: parts, Seed: 5}, 1500)
 	stopProducing := runProducer(t, prod)
 
 	// The application: consumes on the source and commits every
 	// syncInterval, recording what it read and what it committed.
-	cons := failClient(t, kgo.SeedBrokers(p.src.Bootstrap()...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(lifecycleTopic),
+	cons := failClient(t, kgo.SeedBrokers(p.src.Bootstrap()...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
 		kgo.DisableAutoCommit(), kgo.FetchMaxWait(100*time.Millisecond), kgo.MetadataMinAge(100*time.Millisecond))
 	read := drCopy{}
 	var committed map[int32]int64
@@ -192,7 +282,7 @@ func drDrill(t *testing.T, sourceGone bool) {
 				continue
 			}
 			c := map[int32]int64{}
-			for p, o := range cons.CommittedOffsets()[lifecycleTopic] {
+			for p, o := range cons.CommittedOffsets()[topic] {
 				c[p] = o.Offset
 			}
 			mu.Lock()
@@ -203,12 +293,12 @@ func drDrill(t *testing.T, sourceGone bool) {
 			lastCommit, sinceCommit = time.Now(), 0
 		}
 	}()
-	p.waitProgress(t, a, lifecycleTopic, map[int32]int64{0: 300, 1: 300, 2: 300}, failWait)
+	p.waitProgress(t, a, topic, map[int32]int64{0: 300, 1: 300, 2: 300}, failWait)
 	waitFor(t, a, "the application's commits synced", failWait, func() (bool, string) {
 		mu.Lock()
 		n := len(history)
 		mu.Unlock()
-		got := groupOffsets(t, p.dstAdm, group, lifecycleTopic)
+		got := groupOffsets(t, p.dstAdm, group, topic)
 		return n >= 5 && len(got) == parts, fmt.Sprintf("%d commits on the source, destination offsets %v", n, got)
 	})
 
@@ -223,17 +313,17 @@ func drDrill(t *testing.T, sourceGone bool) {
 	cons.Close()
 	if sourceGone {
 		time.Sleep(2 * syncInterval) // the periodic sync has seen the last commit, or not: either is fine
-		p.src.Close()
+		link.cutOff()
 	}
-	if err := a.co.StopTopics(testCtx(t), mirrorName, []string{lifecycleTopic}, coordinator.StopFailover); err != nil {
+	if err := a.co.StopTopics(testCtx(t), mirrorName, []string{topic}, coordinator.StopFailover); err != nil {
 		t.Fatal(err)
 	}
-	ps := waitStates(t, a, lifecycleTopic, parts, partition.Stopped, failWait)
-	dstB, err := listBounds(testCtx(t), p.dstAdm, lifecycleTopic)
+	ps := waitStates(t, a, topic, parts, partition.Stopped, failWait)
+	dstB, err := listBounds(testCtx(t), p.dstAdm, topic)
 	if err != nil {
 		t.Fatal(err)
 	}
-	synced := groupOffsets(t, p.dstAdm, group, lifecycleTopic)
+	synced := groupOffsets(t, p.dstAdm, group, topic)
 	mu.Lock()
 	last := committed
 	mu.Unlock()
@@ -259,7 +349,7 @@ func drDrill(t *testing.T, sourceGone bool) {
 	}
 
 	// The application moves to the destination with the same group.
-	dcons := failClient(t, kgo.SeedBrokers(p.dst.Bootstrap()...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(lifecycleTopic),
+	dcons := failClient(t, kgo.SeedBrokers(p.dst.Bootstrap()...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
 		kgo.FetchMaxWait(100*time.Millisecond), kgo.DisableAutoCommit())
 	again := drCopy{}
 	ctx, cancel := context.WithTimeout(context.Background(), failWait)
@@ -279,6 +369,7 @@ func drDrill(t *testing.T, sourceGone bool) {
 		}
 		fs.EachRecord(again.add)
 	}
+	dcons.Close() // leaves the group, which commits nothing
 
 	var dups, total int
 	for part := range int32(parts) {
@@ -320,6 +411,120 @@ func drDrill(t *testing.T, sourceGone bool) {
 			t.Errorf("%d duplicates, but the application read %d records after its last commit (want as many, and some)", dups, after)
 		}
 	}
+	p.assertIndependentResume(t, group, topic, synced, dstB)
+}
+
+// assertIndependentResume has the Java client and then librdkafka join
+// group on the destination and read topic from the group's committed
+// offsets to the destination end, committing nothing: each must start
+// every partition at at[partition], where its first record is the one the
+// source holds at that offset, and read every record from there on; the
+// group's offsets stay as they were.
+func (p *pair) assertIndependentResume(t *testing.T, group, topic string, at map[int32]int64, dstB bounds) {
+	t.Helper()
+	first := map[int32]*kgo.Record{}
+	total := 0
+	for part, b := range dstB {
+		if at[part] < b[1] {
+			first[part] = recordAt(t, p.srcOpts(), topic, part, at[part])
+			total += int(b[1] - at[part])
+		}
+	}
+	if total == 0 {
+		t.Fatalf("no record after the synced offsets %v (destination %v): nothing for the independent clients to resume", at, dstB)
+	}
+	op := clientop.ConsumeGroup{Conn: clientop.Conn{Bootstrap: p.dst.BootstrapString()}, Topic: topic, Group: group,
+		MaxRecords: total, Timeout: time.Minute}
+	jc := javaclient.Client{KafkaVersion: p.eng.version}
+	clients := []struct {
+		name string
+		run  func(context.Context, clientop.Op) (clientop.Result, error)
+	}{
+		{"the Java client", jc.Run},
+		{"librdkafka", rdkafka.Client{}.Run},
+	}
+	for _, c := range clients {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		res, err := c.run(ctx, op)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s consuming group %s on the destination: %v", c.name, group, err)
+		}
+		if res.Records != total {
+			t.Errorf("%s read %d records from the synced offsets %v, want %d (to the destination ends %v)", c.name, res.Records, at, total, dstB)
+		}
+		for part, b := range dstB {
+			got, ok := res.Partition(part)
+			switch {
+			case at[part] >= b[1]:
+				if ok {
+					t.Errorf("%s read p%d from %d, but the group's offset there is the destination end %d", c.name, part, got.FirstOffset, b[1])
+				}
+				continue
+			case !ok:
+				t.Errorf("%s read nothing of p%d; the group's offset there is %d, the destination end %d", c.name, part, at[part], b[1])
+				continue
+			}
+			want := first[part]
+			if got.FirstOffset != at[part] || got.Records != int(b[1]-at[part]) {
+				t.Errorf("%s read p%d from %d, %d records; want from the synced offset %d, %d records", c.name, part, got.FirstOffset, got.Records, at[part], b[1]-at[part])
+			}
+			if !sameText(got.FirstKey, want.Key) || !sameText(got.FirstValue, want.Value) {
+				t.Errorf("%s: the first record of p%d at %d has key %s, value %s; the source has key %q, value %q there",
+					c.name, part, got.FirstOffset, quoted(got.FirstKey), quoted(got.FirstValue), want.Key, want.Value)
+			}
+		}
+		t.Logf("%s resumed group %s on the destination at %v: %d records", c.name, group, at, res.Records)
+	}
+	if got := groupOffsets(t, p.dstAdm, group, topic); !maps.Equal(got, at) {
+		t.Errorf("group %s on the destination at %v after the independent clients, want %v (they commit nothing)", group, got, at)
+	}
+}
+
+// recordAt reads the record at offset off of topic/part through a client
+// made of opts.
+func recordAt(t *testing.T, opts []kgo.Opt, topic string, part int32, off int64) *kgo.Record {
+	t.Helper()
+	cl := failClient(t, append(opts, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {part: kgo.NewOffset().At(off)}}),
+		kgo.FetchMaxWait(100*time.Millisecond))...)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), failWait)
+	defer cancel()
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("reading %s/%d at %d: %v", topic, part, off, ctx.Err())
+		}
+		for _, r := range fs.Records() {
+			if r.Offset == off {
+				return r
+			}
+			t.Fatalf("reading %s/%d at %d: the first record is at %d", topic, part, off, r.Offset)
+		}
+	}
+}
+
+// sameText says whether s is b as the independent clients print it: UTF-8,
+// each byte that is not part of a valid sequence replaced by U+FFFD; nil
+// for null.
+func sameText(s *string, b []byte) bool {
+	if s == nil || b == nil {
+		return s == nil && b == nil
+	}
+	var sb strings.Builder
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		sb.WriteRune(r) // utf8.RuneError, one byte, for an invalid byte
+		b = b[n:]
+	}
+	return *s == sb.String()
+}
+
+func quoted(s *string) string {
+	if s == nil {
+		return "null"
+	}
+	return fmt.Sprintf("%q", *s)
 }
 
 // TestMetaSyncGroupFilters: only groups matching the include list and not
@@ -327,32 +532,38 @@ func drDrill(t *testing.T, sourceGone bool) {
 // there keeps its own offsets until the member leaves; a synced offset never
 // moves backwards and never passes the destination's log end.
 func TestMetaSyncGroupFilters(t *testing.T) {
+	forEngines(t, testMetaSyncGroupFilters)
+}
+
+func testMetaSyncGroupFilters(t *testing.T, e engine) {
 	const parts = 2
-	p := newPair(t, pairOpts{topic: lifecycleTopic, partitions: parts})
+	p := newPairOn(t, e, pairOpts{topic: lifecycleTopic, partitions: parts})
+	topic := p.topic
+	app1, excluded, other, active := p.name("app-1"), p.name("app-excluded"), p.name("other"), p.name("app-active")
 	src := p.producer(t)
 	for part := range int32(parts) {
-		produceN(t, src, lifecycleTopic, part, 100, "g", false)
+		produceN(t, src, topic, part, 100, "g", false)
 	}
-	spec := p.spec(lifecycleTopic)
+	spec := p.spec(topic)
 	spec.MetadataRefreshIntervalMs = syncInterval.Milliseconds()
-	spec.GroupsInclude = []string{"app-.*"}
-	spec.GroupsExclude = []string{"app-excluded"}
+	spec.GroupsInclude = []string{p.name("app-.*")}
+	spec.GroupsExclude = []string{regexp.QuoteMeta(excluded)}
 	a := p.startAgent(t, agentOpts{apply: &spec})
-	p.waitMirrored(t, a, lifecycleTopic, failWait)
+	p.waitMirrored(t, a, topic, failWait)
 
 	// app-active has a member on the destination, which committed 5, 5.
-	member := failClient(t, kgo.SeedBrokers(p.dst.Bootstrap()...), kgo.ConsumerGroup("app-active"), kgo.ConsumeTopics(lifecycleTopic),
+	member := failClient(t, kgo.SeedBrokers(p.dst.Bootstrap()...), kgo.ConsumerGroup(active), kgo.ConsumeTopics(topic),
 		kgo.DisableAutoCommit(), kgo.FetchMaxWait(100*time.Millisecond))
-	waitFor(t, a, "app-active joined on the destination", failWait, func() (bool, string) {
+	waitFor(t, a, active+" joined on the destination", failWait, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		member.PollFetches(ctx)
 		cancel()
-		st := listGroups(t, p.dstAdm)["app-active"]
+		st := listGroups(t, p.dstAdm)[active]
 		return st == "Stable", "state " + st
 	})
 	var commitErr error
 	member.CommitOffsetsSync(testCtx(t), map[string]map[int32]kgo.EpochOffset{
-		lifecycleTopic: {0: {Epoch: -1, Offset: 5}, 1: {Epoch: -1, Offset: 5}},
+		topic: {0: {Epoch: -1, Offset: 5}, 1: {Epoch: -1, Offset: 5}},
 	}, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		commitErr = err
 		if err == nil {
@@ -368,61 +579,60 @@ func TestMetaSyncGroupFilters(t *testing.T) {
 	}
 	// Keep the member alive (heartbeats run in the background).
 
-	commitOffsets(t, p.srcAdm, "app-1", lifecycleTopic, map[int32]int64{0: 40, 1: 60})
-	commitOffsets(t, p.srcAdm, "app-excluded", lifecycleTopic, map[int32]int64{0: 10})
-	commitOffsets(t, p.srcAdm, "other", lifecycleTopic, map[int32]int64{0: 20})
-	commitOffsets(t, p.srcAdm, "app-active", lifecycleTopic, map[int32]int64{0: 70, 1: 70})
+	commitOffsets(t, p.srcAdm, app1, topic, map[int32]int64{0: 40, 1: 60})
+	commitOffsets(t, p.srcAdm, excluded, topic, map[int32]int64{0: 10})
+	commitOffsets(t, p.srcAdm, other, topic, map[int32]int64{0: 20})
+	commitOffsets(t, p.srcAdm, active, topic, map[int32]int64{0: 70, 1: 70})
 
-	waitFor(t, a, "app-1 synced", failWait, func() (bool, string) {
-		got := groupOffsets(t, p.dstAdm, "app-1", lifecycleTopic)
+	waitFor(t, a, app1+" synced", failWait, func() (bool, string) {
+		got := groupOffsets(t, p.dstAdm, app1, topic)
 		return got[0] == 40 && got[1] == 60, fmt.Sprint(got)
 	})
-	settle := func() { time.Sleep(5 * syncInterval) } // absence can only be shown by waiting several syncs
-	settle()
+	a.waitSyncRun(t, metasync.KindGroups)
 	gs := listGroups(t, p.dstAdm)
-	for _, g := range []string{"app-excluded", "other"} {
+	for _, g := range []string{excluded, other} {
 		if _, ok := gs[g]; ok {
-			t.Errorf("group %s, outside the filters, is on the destination: %v", g, gs)
+			t.Errorf("group %s, outside the filters, is on the destination", g)
 		}
 	}
-	if got := groupOffsets(t, p.dstAdm, "app-active", lifecycleTopic); got[0] != 5 || got[1] != 5 {
-		t.Errorf("app-active, active on the destination, was overwritten: %v", got)
+	if got := groupOffsets(t, p.dstAdm, active, topic); got[0] != 5 || got[1] != 5 {
+		t.Errorf("%s, active on the destination, was overwritten: %v", active, got)
 	}
 	if s := a.syncStatus().Groups; s.LastError != "" || s.Items != 1 || s.LastSuccess == "" {
 		t.Errorf("groups sync status %+v, want 1 group in sync and no error", s)
 	}
 
 	// Never backwards: the source moves p0 back and p1 on.
-	commitOffsets(t, p.srcAdm, "app-1", lifecycleTopic, map[int32]int64{0: 10, 1: 80})
-	waitFor(t, a, "app-1 p1 synced forward", failWait, func() (bool, string) {
-		got := groupOffsets(t, p.dstAdm, "app-1", lifecycleTopic)
+	commitOffsets(t, p.srcAdm, app1, topic, map[int32]int64{0: 10, 1: 80})
+	waitFor(t, a, app1+" p1 synced forward", failWait, func() (bool, string) {
+		got := groupOffsets(t, p.dstAdm, app1, topic)
 		return got[1] == 80, fmt.Sprint(got)
 	})
-	settle()
-	if got := groupOffsets(t, p.dstAdm, "app-1", lifecycleTopic); got[0] != 40 {
-		t.Errorf("app-1 p0 moved backwards on the destination: %v", got)
+	a.waitSyncRun(t, metasync.KindGroups)
+	if got := groupOffsets(t, p.dstAdm, app1, topic); got[0] != 40 {
+		t.Errorf("%s p0 moved backwards on the destination: %v", app1, got)
 	}
 
 	// Clamped to the destination's end: paused, the source goes on.
-	if err := a.co.PauseTopics(testCtx(t), mirrorName, []string{lifecycleTopic}); err != nil {
+	if err := a.co.PauseTopics(testCtx(t), mirrorName, []string{topic}); err != nil {
 		t.Fatal(err)
 	}
-	waitStates(t, a, lifecycleTopic, parts, partition.Paused, failWait)
-	produceN(t, src, lifecycleTopic, 0, 50, "ahead", false)
-	commitOffsets(t, p.srcAdm, "app-1", lifecycleTopic, map[int32]int64{0: 150, 1: 80})
-	waitFor(t, a, "app-1 p0 synced up to the destination end", failWait, func() (bool, string) {
-		got := groupOffsets(t, p.dstAdm, "app-1", lifecycleTopic)
+	waitStates(t, a, topic, parts, partition.Paused, failWait)
+	produceN(t, src, topic, 0, 50, "ahead", false)
+	commitOffsets(t, p.srcAdm, app1, topic, map[int32]int64{0: 150, 1: 80})
+	waitFor(t, a, app1+" p0 synced up to the destination end", failWait, func() (bool, string) {
+		got := groupOffsets(t, p.dstAdm, app1, topic)
 		return got[0] == 100, fmt.Sprint(got)
 	})
-	settle()
-	if got := groupOffsets(t, p.dstAdm, "app-1", lifecycleTopic); got[0] != 100 {
-		t.Errorf("app-1 p0 on the destination %d, want 100 (the destination end; the source committed 150)", got[0])
+	a.waitSyncRun(t, metasync.KindGroups)
+	if got := groupOffsets(t, p.dstAdm, app1, topic); got[0] != 100 {
+		t.Errorf("%s p0 on the destination %d, want 100 (the destination end; the source committed 150)", app1, got[0])
 	}
 
 	// The member leaves: app-active is synced.
 	member.Close()
-	waitFor(t, a, "app-active synced once inactive", failWait, func() (bool, string) {
-		got := groupOffsets(t, p.dstAdm, "app-active", lifecycleTopic)
+	waitFor(t, a, active+" synced once inactive", failWait, func() (bool, string) {
+		got := groupOffsets(t, p.dstAdm, active, topic)
 		return got[0] == 70 && got[1] == 70, fmt.Sprint(got)
 	})
 }
@@ -477,18 +687,25 @@ func alterConfigs(t *testing.T, adm *kadm.Client, topic string, set map[string]s
 // key is reverted and reported as drift; a stopped topic's configs are the
 // destination's own.
 func TestMetaSyncConfigs(t *testing.T) {
-	p := newPair(t, pairOpts{topic: lifecycleTopic, partitions: 1})
-	alterConfigs(t, p.srcAdm, lifecycleTopic, map[string]string{"retention.ms": "3600000", "segment.bytes": "1048576", "min.insync.replicas": "2"})
-	produceN(t, p.producer(t), lifecycleTopic, 0, 20, "c", false)
-	spec := p.spec(lifecycleTopic)
+	forEngines(t, testMetaSyncConfigs)
+}
+
+func testMetaSyncConfigs(t *testing.T, e engine) {
+	p := newPairOn(t, e, pairOpts{topic: lifecycleTopic, partitions: 1})
+	topic := p.topic
+	// Records first: with min.insync.replicas above the replication factor
+	// (a real single-broker source refuses acks=all writes then).
+	produceN(t, p.producer(t), topic, 0, 20, "c", false)
+	alterConfigs(t, p.srcAdm, topic, map[string]string{"retention.ms": "3600000", "segment.bytes": "1048576", "min.insync.replicas": "2"})
+	spec := p.spec(topic)
 	spec.MetadataRefreshIntervalMs = syncInterval.Milliseconds()
 	a := p.startAgentWith(t, agentOpts{apply: &spec}, func(c *coordinator.Config) { c.StopTimeout = 10 * time.Second })
-	p.waitMirrored(t, a, lifecycleTopic, failWait)
+	p.waitMirrored(t, a, topic, failWait)
 	want := func(what string, ok func(map[string]string) bool) map[string]string {
 		t.Helper()
 		var got map[string]string
 		waitFor(t, a, what, failWait, func() (bool, string) {
-			got = topicConfigs(t, p.dstAdm, lifecycleTopic)
+			got = topicConfigs(t, p.dstAdm, topic)
 			return ok(got), fmt.Sprint(got)
 		})
 		return got
@@ -502,8 +719,8 @@ func TestMetaSyncConfigs(t *testing.T) {
 
 	// The destination sets an excluded key of its own; the source
 	// changes, adds and deletes keys, and tries an invariant key.
-	alterConfigs(t, p.dstAdm, lifecycleTopic, map[string]string{"min.insync.replicas": "1"})
-	alterConfigs(t, p.srcAdm, lifecycleTopic, map[string]string{"retention.ms": "7200000", "retention.bytes": "1000000", "compression.type": "gzip", "min.insync.replicas": "3"}, "segment.bytes")
+	alterConfigs(t, p.dstAdm, topic, map[string]string{"min.insync.replicas": "1"})
+	alterConfigs(t, p.srcAdm, topic, map[string]string{"retention.ms": "7200000", "retention.bytes": "1000000", "compression.type": "gzip", "min.insync.replicas": "3"}, "segment.bytes")
 	got = want("source changes on the destination", func(c map[string]string) bool {
 		_, seg := c["segment.bytes"]
 		return c["retention.ms"] == "7200000" && c["retention.bytes"] == "1000000" && !seg
@@ -517,7 +734,7 @@ func TestMetaSyncConfigs(t *testing.T) {
 
 	// Drift: the destination changes a synced key and sets one the source
 	// does not have.
-	alterConfigs(t, p.dstAdm, lifecycleTopic, map[string]string{"retention.ms": "1000", "segment.ms": "5000"})
+	alterConfigs(t, p.dstAdm, topic, map[string]string{"retention.ms": "1000", "segment.ms": "5000"})
 	want("drift reverted", func(c map[string]string) bool {
 		_, segms := c["segment.ms"]
 		return c["retention.ms"] == "7200000" && !segms && c["min.insync.replicas"] == "1"
@@ -534,43 +751,24 @@ func TestMetaSyncConfigs(t *testing.T) {
 	})
 
 	// Stopped, the topic's configs are the destination's.
-	if err := a.co.StopTopics(testCtx(t), mirrorName, []string{lifecycleTopic}, coordinator.StopFailover); err != nil {
+	if err := a.co.StopTopics(testCtx(t), mirrorName, []string{topic}, coordinator.StopFailover); err != nil {
 		t.Fatal(err)
 	}
-	waitStates(t, a, lifecycleTopic, 1, partition.Stopped, failWait)
-	alterConfigs(t, p.dstAdm, lifecycleTopic, map[string]string{"retention.ms": "1234"})
-	time.Sleep(5 * syncInterval)
-	if got := topicConfigs(t, p.dstAdm, lifecycleTopic); got["retention.ms"] != "1234" {
+	waitStates(t, a, topic, 1, partition.Stopped, failWait)
+	alterConfigs(t, p.dstAdm, topic, map[string]string{"retention.ms": "1234"})
+	a.waitSyncRun(t, metasync.KindConfigs)
+	if got := topicConfigs(t, p.dstAdm, topic); got["retention.ms"] != "1234" {
 		t.Errorf("retention.ms of a stopped topic changed by the sync: %q", got["retention.ms"])
 	}
 }
 
-// aclStrings lists a cluster's ACLs, one string each.
-func aclStrings(t *testing.T, cl *kgo.Client) []string {
+// changeACL creates or deletes ALLOW ops for principal on the literal
+// topic, and waits until the broker cl reaches shows the change (a real
+// broker applies it from the metadata log).
+func changeACL(t *testing.T, cl *kgo.Client, topic string, create bool, principal string, ops ...kadm.ACLOperation) {
 	t.Helper()
-	req := kmsg.NewPtrDescribeACLsRequest()
-	req.ResourceType, req.ResourcePatternType = kmsg.ACLResourceTypeAny, kmsg.ACLResourcePatternTypeAny
-	req.Operation, req.PermissionType = kmsg.ACLOperationAny, kmsg.ACLPermissionTypeAny
-	resp, err := req.RequestWith(testCtx(t), cl)
-	if err == nil {
-		err = kerr.ErrorForCode(resp.ErrorCode)
-	}
-	if err != nil {
-		t.Fatalf("describing ACLs: %v", err)
-	}
-	var out []string
-	for _, r := range resp.Resources {
-		for _, a := range r.ACLs {
-			out = append(out, fmt.Sprintf("%s %s %s:%s %s", a.PermissionType, a.Operation, r.ResourceType, r.ResourceName, a.Principal))
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-func changeACL(t *testing.T, adm *kadm.Client, create bool, principal string, ops ...kadm.ACLOperation) {
-	t.Helper()
-	b := kadm.NewACLs().Topics(lifecycleTopic).ResourcePatternType(kadm.ACLPatternLiteral).Allow(principal).AllowHosts("*").Operations(ops...)
+	adm := kadm.NewClient(cl)
+	b := kadm.NewACLs().Topics(topic).ResourcePatternType(kadm.ACLPatternLiteral).Allow(principal).AllowHosts("*").Operations(ops...)
 	var err error
 	if create {
 		var rs kadm.CreateACLsResults
@@ -590,6 +788,20 @@ func changeACL(t *testing.T, adm *kadm.Client, create bool, principal string, op
 	if err != nil {
 		t.Fatalf("ACL change (create %v) for %s %v: %v", create, principal, ops, err)
 	}
+	if ok, why := poll(failWait, func() (bool, string) {
+		got, err := describeTopicACLs(testCtx(t), cl, topic)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, op := range ops {
+			if slices.Contains(got, fmt.Sprintf("ALLOW %s TOPIC:%s %s", op, topic, principal)) != create {
+				return false, fmt.Sprintf("ACLs on %s: %q", topic, got)
+			}
+		}
+		return true, ""
+	}); !ok {
+		t.Fatalf("ACL change (create %v) for %s %v not visible: %s", create, principal, ops, why)
+	}
 }
 
 // TestMetaSyncACLs: ACLs selected by the include rules follow the source's
@@ -598,26 +810,28 @@ func changeACL(t *testing.T, adm *kadm.Client, create bool, principal string, op
 // WRITE takes effect at the failover: refused before (the read-only DENY
 // wins), accepted after.
 func TestMetaSyncACLs(t *testing.T) {
-	const app = "User:" + appUser
-	p := &pair{
-		src: devcluster.StartT(t, append(securedOpts("src"), devcluster.SASLUser("bob", "bob-pass"), devcluster.KfakeOptions(kfake.SeedTopics(1, lifecycleTopic)))...),
-		dst: devcluster.StartT(t, securedOpts("dst")...),
-	}
-	p.srcCl = failClient(t, p.srcAgentOpts(true)...)
-	p.dstCl = failClient(t, kgo.SeedBrokers(p.dst.Bootstrap()...), saslPlain(agentUser, agentPass), kgo.MetadataMinAge(100*time.Millisecond))
-	p.srcAdm, p.dstAdm = kadm.NewClient(p.srcCl), kadm.NewClient(p.dstCl)
+	forEngines(t, testMetaSyncACLs)
+}
 
-	changeACL(t, p.srcAdm, true, app, kadm.OpWrite, kadm.OpDescribe, kadm.OpRead, kadm.OpAlterConfigs)
-	changeACL(t, p.srcAdm, true, "User:bob", kadm.OpRead)
+func testMetaSyncACLs(t *testing.T, e engine) {
+	const app = "User:" + appUser
+	p := authPairOn(t, e, lifecycleTopic, 1, authSides{src: true, dst: true})
+	topic := p.topic
+
+	changeACL(t, p.srcCl, topic, true, app, kadm.OpWrite, kadm.OpDescribe, kadm.OpRead, kadm.OpAlterConfigs)
+	changeACL(t, p.srcCl, topic, true, "User:bob", kadm.OpRead)
 	// The destination has ACLs of its own: one the source has too, one
 	// it does not.
-	changeACL(t, p.dstAdm, true, app, kadm.OpAlterConfigs, kadm.OpDescribeConfigs)
-	produceN(t, failClient(t, append(p.srcAgentOpts(true), kgo.RecordPartitioner(kgo.ManualPartitioner()))...), lifecycleTopic, 0, 20, "acl", false)
+	changeACL(t, p.dstCl, topic, true, app, kadm.OpAlterConfigs, kadm.OpDescribeConfigs)
+	produceN(t, p.srcProducer(t, true), topic, 0, 20, "acl", false)
 
+	// The rule's name is a regular expression: orde.s and the test's
+	// suffix, if any.
+	rule := "TOPIC;orde.s" + regexp.QuoteMeta(strings.TrimPrefix(topic, lifecycleTopic)) + ";*;ALLOW;" + app
 	start := func() *agent {
-		spec := p.spec(lifecycleTopic)
+		spec := p.spec(topic)
 		spec.MetadataRefreshIntervalMs = syncInterval.Milliseconds()
-		spec.ACLInclude = []string{"TOPIC;orde.s;*;ALLOW;" + app}
+		spec.ACLInclude = []string{rule}
 		return p.startAgentWith(t, agentOpts{apply: &spec}, func(c *coordinator.Config) {
 			c.Destination = []kgo.Opt{kgo.SeedBrokers(p.dst.Bootstrap()...), saslPlain(agentUser, agentPass)}
 			c.SourceOpts = func(s coordinator.Source) []kgo.Opt {
@@ -627,16 +841,16 @@ func TestMetaSyncACLs(t *testing.T) {
 		})
 	}
 	a := start()
-	p.waitMirrored(t, a, lifecycleTopic, failWait)
-	waitReadOnly(t, a, lifecycleTopic, true)
-	acl := func(op string) string { return "ALLOW " + op + " TOPIC:orders " + app }
-	deny := "DENY WRITE TOPIC:orders User:*"
+	p.waitMirrored(t, a, topic, failWait)
+	waitReadOnly(t, a, topic, true)
+	acl := func(op string) string { return "ALLOW " + op + " TOPIC:" + topic + " " + app }
+	deny := denyACL(topic)
 	wantACLs := func(what string, want ...string) {
 		t.Helper()
 		slices.Sort(want)
 		waitFor(t, a, what, failWait, func() (bool, string) {
-			got := aclStrings(t, p.dstCl)
-			return slices.Equal(got, want), fmt.Sprintf("destination ACLs %q, want %q", got, want)
+			got, err := describeTopicACLs(testCtx(t), p.dstCl, topic)
+			return err == nil && slices.Equal(got, want), fmt.Sprintf("destination ACLs on %s %q (%v), want %q", topic, got, err, want)
 		})
 	}
 	wantACLs("app's ACLs synced", acl("WRITE"), acl("DESCRIBE"), acl("READ"), acl("ALTER_CONFIGS"), acl("DESCRIBE_CONFIGS"), deny)
@@ -644,34 +858,34 @@ func TestMetaSyncACLs(t *testing.T) {
 		s := a.syncStatus().ACLs
 		return s.LastError == "" && s.Items == 4, fmt.Sprintf("ACL sync status %+v, want the 4 selected source ACLs in sync", s)
 	})
-	assertRefused(t, p.dst, lifecycleTopic, 1, "mirroring, with app's WRITE synced")
+	assertRefused(t, p.dst, topic, 1, "mirroring, with app's WRITE synced")
 
 	// Deletes follow, but not for the ACL the destination had already.
-	changeACL(t, p.srcAdm, false, app, kadm.OpRead, kadm.OpAlterConfigs)
+	changeACL(t, p.srcCl, topic, false, app, kadm.OpRead, kadm.OpAlterConfigs)
 	wantACLs("app's READ deleted", acl("WRITE"), acl("DESCRIBE"), acl("ALTER_CONFIGS"), acl("DESCRIBE_CONFIGS"), deny)
-	time.Sleep(5 * syncInterval)
+	a.waitSyncRun(t, metasync.KindACLs)
 	wantACLs("foreign ACLs kept", acl("WRITE"), acl("DESCRIBE"), acl("ALTER_CONFIGS"), acl("DESCRIBE_CONFIGS"), deny)
 
 	// A restarted agent still knows what it created.
-	changeACL(t, p.srcAdm, true, app, kadm.OpCreate)
+	changeACL(t, p.srcCl, topic, true, app, kadm.OpCreate)
 	wantACLs("app's CREATE synced", acl("WRITE"), acl("DESCRIBE"), acl("CREATE"), acl("ALTER_CONFIGS"), acl("DESCRIBE_CONFIGS"), deny)
 	a.stop()
-	changeACL(t, p.srcAdm, false, app, kadm.OpCreate)
+	changeACL(t, p.srcCl, topic, false, app, kadm.OpCreate)
 	a = start()
 	wantACLs("app's CREATE deleted by a restarted agent", acl("WRITE"), acl("DESCRIBE"), acl("ALTER_CONFIGS"), acl("DESCRIBE_CONFIGS"), deny)
 
 	// The failover releases the DENY: app's synced WRITE takes effect.
-	if err := a.co.StopTopics(testCtx(t), mirrorName, []string{lifecycleTopic}, coordinator.StopFailover); err != nil {
+	if err := a.co.StopTopics(testCtx(t), mirrorName, []string{topic}, coordinator.StopFailover); err != nil {
 		t.Fatal(err)
 	}
-	ps := waitStates(t, a, lifecycleTopic, 1, partition.Stopped, failWait)
-	waitReadOnly(t, a, lifecycleTopic, false)
-	r, err := appWrite(t, appClient(t, p.dst), lifecycleTopic, 0, "after failover")
+	ps := waitStates(t, a, topic, 1, partition.Stopped, failWait)
+	waitReadOnly(t, a, topic, false)
+	r, err := appWrite(t, appClient(t, p.dst), topic, 0, "after failover")
 	if err != nil || r.Offset != ps[0].LastMirrored+1 {
 		t.Fatalf("app writing the failed-over topic with its synced ACLs: %v (%v), want offset %d", err, r, ps[0].LastMirrored+1)
 	}
-	if got := aclStrings(t, p.dstCl); slices.Contains(got, "ALLOW READ TOPIC:orders User:bob") {
-		t.Errorf("bob's ACL, outside the rules, is on the destination: %q", got)
+	if got, err := describeTopicACLs(testCtx(t), p.dstCl, topic); err != nil || slices.Contains(got, "ALLOW READ TOPIC:"+topic+" User:bob") {
+		t.Errorf("bob's ACL, outside the rules, is on the destination: %q (%v)", got, err)
 	}
 }
 
@@ -679,31 +893,32 @@ func TestMetaSyncACLs(t *testing.T) {
 // ACL sync fails, says why in describe and counts in the metrics, while
 // config and group sync go on.
 func TestMetaSyncACLFailureIsolated(t *testing.T) {
-	p := &pair{
-		src: devcluster.StartT(t, append(securedOpts("src"), devcluster.KfakeOptions(kfake.SeedTopics(1, lifecycleTopic)))...),
-		dst: devcluster.StartT(t, devcluster.Name("dst")),
-	}
-	p.srcCl = failClient(t, p.srcAgentOpts(true)...)
-	p.dstCl = failClient(t, kgo.SeedBrokers(p.dst.Bootstrap()...), kgo.MetadataMinAge(100*time.Millisecond))
-	p.srcAdm, p.dstAdm = kadm.NewClient(p.srcCl), kadm.NewClient(p.dstCl)
-	allowApp(t, p.srcAdm, lifecycleTopic)
-	alterConfigs(t, p.srcAdm, lifecycleTopic, map[string]string{"retention.ms": "3600000"})
-	produceN(t, failClient(t, append(p.srcAgentOpts(true), kgo.RecordPartitioner(kgo.ManualPartitioner()))...), lifecycleTopic, 0, 30, "f", false)
+	forEngines(t, testMetaSyncACLFailureIsolated)
+}
 
-	spec := p.spec(lifecycleTopic)
+func testMetaSyncACLFailureIsolated(t *testing.T, e engine) {
+	p := authPairOn(t, e, lifecycleTopic, 1, authSides{src: true, dst: false})
+	topic, group := p.topic, p.name("app-1")
+	allowApp(t, p.srcAdm, topic)
+	alterConfigs(t, p.srcAdm, topic, map[string]string{"retention.ms": "3600000"})
+	produceN(t, p.srcProducer(t, true), topic, 0, 30, "f", false)
+
+	spec := p.spec(topic)
 	spec.MetadataRefreshIntervalMs = syncInterval.Milliseconds()
+	spec.GroupsInclude = []string{regexp.QuoteMeta(group)}
+	spec.ACLInclude = []string{"TOPIC;" + regexp.QuoteMeta(topic)} // app's two ACLs
 	a := p.startAgentWith(t, agentOpts{apply: &spec}, func(c *coordinator.Config) {
 		c.SourceOpts = func(s coordinator.Source) []kgo.Opt {
 			return []kgo.Opt{kgo.SeedBrokers(s.BootstrapServers...), saslPlain(agentUser, agentPass)}
 		}
 	})
-	p.waitMirrored(t, a, lifecycleTopic, failWait)
-	commitOffsets(t, p.srcAdm, "app-1", lifecycleTopic, map[int32]int64{0: 25})
+	p.waitMirrored(t, a, topic, failWait)
+	commitOffsets(t, p.srcAdm, group, topic, map[int32]int64{0: 25})
 
 	waitFor(t, a, "configs and groups synced while ACL sync fails", failWait, func() (bool, string) {
 		s := a.syncStatus()
-		got := groupOffsets(t, p.dstAdm, "app-1", lifecycleTopic)
-		cfg := topicConfigs(t, p.dstAdm, lifecycleTopic)
+		got := groupOffsets(t, p.dstAdm, group, topic)
+		cfg := topicConfigs(t, p.dstAdm, topic)
 		return s.ACLs.Errors >= 2 && got[0] == 25 && cfg["retention.ms"] == "3600000" && s.Configs.LastError == "" && s.Groups.LastError == "",
 			fmt.Sprintf("sync %+v, group offsets %v, retention.ms %q", s, got, cfg["retention.ms"])
 	})

@@ -122,6 +122,8 @@ func (e *PermissionError) Unwrap() error { return e.Err }
 // report read_only_enforced=false. A *PermissionError means the agent may
 // not create ACLs. After a Check that found the agent is not a super user,
 // Enforce creates nothing and returns an error wrapping ErrNotSuperUser.
+// With WithClient, enforced=true means every broker shows the ACL, so
+// refuses writes (waitApplied).
 func (e *Enforcer) Enforce(ctx context.Context, topic string) (enforced bool, err error) {
 	if topic == "" {
 		return false, errors.New("readonly: Enforce: empty topic name")
@@ -149,6 +151,9 @@ func (e *Enforcer) create(ctx context.Context, topic string) (bool, error) {
 	}
 	switch err := rs[0].Err; {
 	case err == nil:
+		if err := e.waitApplied(ctx, topic, true); err != nil {
+			return false, err
+		}
 		return true, nil
 	case errors.Is(err, kerr.SecurityDisabled):
 		return false, nil
@@ -163,7 +168,8 @@ func (e *Enforcer) create(ctx context.Context, topic string) (bool, error) {
 // delete filter matches every field exactly. An ACL identical in every field
 // that someone else created is indistinguishable from it and goes too (ACLs
 // are a set). Releasing a topic that has no such ACL, or on a destination
-// without an authorizer, succeeds.
+// without an authorizer, succeeds. With WithClient, it returns once no
+// broker shows the ACL any more (waitApplied).
 func (e *Enforcer) Release(ctx context.Context, topic string) error {
 	if topic == "" {
 		return errors.New("readonly: Release: empty topic name")
@@ -190,7 +196,82 @@ func (e *Enforcer) Release(ctx context.Context, topic string) error {
 			return fmt.Errorf("readonly: deleting the DENY WRITE %s ACL on topic %q: %w%s", Principal, topic, d.Err, msgSuffix(d.ErrMessage))
 		}
 	}
-	return nil
+	if errors.Is(rs[0].Err, kerr.SecurityDisabled) {
+		return nil
+	}
+	return e.waitApplied(ctx, topic, false)
+}
+
+// appliedEvery is how often waitApplied asks the brokers again, and
+// appliedTimeout bounds it.
+const (
+	appliedEvery   = 20 * time.Millisecond
+	appliedTimeout = 30 * time.Second
+)
+
+// waitApplied waits until every broker that answers shows topic's DENY
+// (present) or no longer shows it. CreateACLs and DeleteACLs return once
+// the controller has committed the change; a KRaft broker applies it when
+// it reads it from the metadata log, a little later, and authorizes with
+// what it has applied: a Produce sent right after CreateACLs returned may
+// still pass (a few in a hundred on one broker). A broker that does not
+// answer is skipped: it authorizes nothing, and a restarted broker serves
+// only once it has caught up with the metadata log. So is one that refuses
+// to describe ACLs (an agent without DESCRIBE on the cluster, releasing an
+// ACL an earlier agent created). Without the agent's client (WithClient)
+// brokers cannot be asked one by one, and waitApplied returns at once.
+func (e *Enforcer) waitApplied(ctx context.Context, topic string, present bool) error {
+	if e.cl == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, appliedTimeout)
+	defer cancel()
+	for {
+		pending, err := e.notApplied(ctx, topic, present)
+		if err == nil && len(pending) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			what := "created"
+			if !present {
+				what = "deleted"
+			}
+			return fmt.Errorf("readonly: the DENY WRITE %s ACL on topic %q was %s, but brokers %v do not show it so yet (last error: %v): %w",
+				Principal, topic, what, pending, err, ctx.Err())
+		case <-time.After(appliedEvery):
+		}
+	}
+}
+
+// notApplied lists the brokers that answer DescribeACLs for topic's DENY
+// with the wrong answer.
+func (e *Enforcer) notApplied(ctx context.Context, topic string, present bool) ([]int32, error) {
+	mreq := kmsg.NewPtrMetadataRequest()
+	mreq.Topics = []kmsg.MetadataRequestTopic{} // brokers only
+	mresp, err := mreq.RequestWith(ctx, e.cl)
+	if err != nil {
+		return nil, err
+	}
+	var pending []int32
+	for _, b := range mresp.Brokers {
+		req := kmsg.NewPtrDescribeACLsRequest()
+		req.ResourceType, req.ResourceName, req.ResourcePatternType = kmsg.ACLResourceTypeTopic, kmsg.StringPtr(topic), kmsg.ACLResourcePatternTypeLiteral
+		req.Principal, req.Host = kmsg.StringPtr(Principal), kmsg.StringPtr(Host)
+		req.Operation, req.PermissionType = kmsg.ACLOperationWrite, kmsg.ACLPermissionTypeDeny
+		resp, err := req.RequestWith(ctx, e.cl.Broker(int(b.NodeID)))
+		if err != nil || resp.ErrorCode != 0 {
+			continue // unreachable, or it cannot tell (an agent without DESCRIBE on the cluster)
+		}
+		has := false
+		for _, r := range resp.Resources {
+			has = has || len(r.ACLs) > 0
+		}
+		if has != present {
+			pending = append(pending, b.NodeID)
+		}
+	}
+	return pending, nil
 }
 
 // Status is what Check found.
@@ -216,13 +297,15 @@ func (s Status) Enforceable() bool { return s.Authorizer && s.SuperUser }
 // Check finds out whether the destination has an authorizer and whether the
 // agent is a super user there, and remembers the answer for Enforce.
 //
-// How (five cheap requests, once at start):
+// How (a few cheap requests, once at start):
 //  1. DescribeACLs on the probe's name: SECURITY_DISABLED means no
 //     authorizer, and Check stops. CLUSTER_AUTHORIZATION_FAILED means the
 //     agent lacks DESCRIBE on the cluster, which no super user lacks.
 //  2. Create a probe topic of one partition, named ProbeTopicPrefix plus a
 //     random suffix, so that concurrent checks never share one.
-//  3. Create DENY WRITE User:* on it.
+//  3. Create DENY WRITE User:* on it, and wait until every broker shows it
+//     (waitApplied): a broker that has not applied it yet would let the
+//     produce below through, and a non-super user would pass for one.
 //  4. Produce to it, as the agent, a partition entry with an empty records
 //     field. Kafka authorizes WRITE before it looks at the records, so the
 //     answer is TOPIC_AUTHORIZATION_FAILED for any principal but a super
