@@ -236,7 +236,7 @@ func (m *Mirror) writeAborted(ctx context.Context, b []byte, n int32) error {
 	tp := m.cfg.TP
 	if !m.data.open {
 		if err := m.cfg.Writer.AddPartition(ctx, m.data.id, m.data.p, tp.Topic, tp.Partition); err != nil {
-			return classifyTxn(err, "opening the transaction for aborted source records")
+			return classifyOpen(err, m.data.id, "opening the transaction for aborted source records")
 		}
 		m.data.open = true
 	}

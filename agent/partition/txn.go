@@ -145,7 +145,7 @@ func (m *Mirror) filler(ctx context.Context, n int64) error {
 		return m.checkEnd(ctx, m.next+k, n-k)
 	}
 	if err := w.AddPartition(ctx, m.fill.id, m.fill.p, tp.Topic, tp.Partition); err != nil {
-		return classifyTxn(err, "opening a filler transaction")
+		return classifyOpen(err, m.fill.id, "opening a filler transaction")
 	}
 	if err := w.EndTxn(ctx, m.fill.id, m.fill.p, false); err != nil {
 		return classifyTxn(err, "aborting a filler transaction")
@@ -297,6 +297,21 @@ func (m *Mirror) checkTail(ctx context.Context, dst, src leaders.Bounds) error {
 		}
 	}
 	return nil
+}
+
+// classifyOpen is classifyTxn for AddPartitionsToTxn opening a new
+// transaction of txnID. INVALID_PRODUCER_ID_MAPPING there means that the
+// destination no longer maps txnID to the producer id the agent holds: it
+// forgot the id, idle for transactional.id.expiration.ms while the source
+// partition had nothing for it to write (or gave it a new producer id).
+// Nothing was written, so it is retried: the resync initializes the id
+// again (settleTxns), records its new producer id and goes on.
+func classifyOpen(err error, txnID, doing string) error {
+	if errors.Is(err, kerr.InvalidProducerIDMapping) {
+		return fmt.Errorf("%s: the destination no longer maps transactional id %q to the agent's producer id (it forgets an idle one after transactional.id.expiration.ms); initializing it again: %w",
+			doing, txnID, err)
+	}
+	return classifyTxn(err, doing)
 }
 
 // classifyTxn turns a transactional error into a retry or a failure.

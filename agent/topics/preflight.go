@@ -253,8 +253,8 @@ func Preflight(ctx context.Context, dst, src *kadm.Client, topics ...string) (Fi
 //     timestamp (design-review B3);
 //   - when the destination's transactional.id.expiration.ms is below Kafka's
 //     default of 7 days: the agent's transactional ids of a partition without
-//     source transactions stay idle, and an expired one fails the partition
-//     at its next filler;
+//     source transactions stay idle, and an expired one gets a new producer
+//     id at its next filler, recorded in the state topic;
 //   - when the destination creates replicated topics with
 //     min.insync.replicas below 2 (design-review §1.8).
 //
@@ -566,8 +566,9 @@ func checkTxnTimeout(d, s *cluster) (time.Duration, string, []Finding) {
 // aborted transactions or compaction holes. The coordinator removes an id
 // idle for transactional.id.expiration.ms; the partition's next filler or
 // aborted transaction then gets INVALID_PRODUCER_ID_MAPPING, and the
-// partition goes FAILED. transactional.id.expiration.ms is a static broker
-// config.
+// agent initializes the id again: a new producer id, one more recorded for
+// the partition in the state topic (partition.OwnedProducers).
+// transactional.id.expiration.ms is a static broker config.
 func checkTxnIDExpiry(d *cluster) []Finding {
 	dst := d.extreme(keyTxnIDExpiry, defaultTxnIDExpiryMs, true)
 	if dst.value >= minTxnIDExpiryMs {
@@ -576,8 +577,8 @@ func checkTxnIDExpiry(d *cluster) []Finding {
 	return []Finding{{Warn, Destination, keyTxnIDExpiry, dst.text, fmt.Sprintf(
 		"destination broker(s) %v forget a transactional id after %s without a transaction: the agent's filler and abort transactional ids of a partition "+
 			"(kmirror.MIRROR.TOPIC.N.fill and .abort) stay idle while its source partition has no transaction markers, aborted transactions or compaction holes, "+
-			"and once the destination has forgotten one, the partition's next filler or aborted transaction fails with INVALID_PRODUCER_ID_MAPPING and the "+
-			"partition goes FAILED until it is recovered. Add the line %s=%d (%s, Kafka's default; more if partitions can go longer without transactions) "+
+			"and once the destination has forgotten one, the partition's next filler or aborted transaction gets INVALID_PRODUCER_ID_MAPPING and the "+
+			"agent initializes the id again, with a new producer id that the state topic keeps for the partition from then on. Add the line %s=%d (%s, Kafka's default; more if partitions can go longer without transactions) "+
 			"to server.properties of every destination broker and restart them one at a time (the setting is static)",
 		dst.brokers, humanMs(dst.value), keyTxnIDExpiry, minTxnIDExpiryMs, humanMs(minTxnIDExpiryMs))}}
 }

@@ -130,7 +130,7 @@ func TestPreflight(t *testing.T) {
 			"transactional.id.expiration.ms": "3600000",
 		})},
 		want: []expected{{Warn, Destination, "transactional.id.expiration.ms", "3600000",
-			[]string{"after 1h", ".fill and .abort", "INVALID_PRODUCER_ID_MAPPING", "FAILED",
+			[]string{"after 1h", ".fill and .abort", "INVALID_PRODUCER_ID_MAPPING", "initializes the id again",
 				"transactional.id.expiration.ms=604800000 (7d", "server.properties", "static"}}},
 	}, {
 		name: "transactional.id.expiration.ms at 7 days",
