@@ -6,10 +6,12 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -163,6 +165,8 @@ type partBatch struct {
 
 // produceRaw sends one raw produce request to the broker leading the first
 // partition and returns each partition's error code, keyed "topic/partition".
+// Topic ids and the leader come from the cluster's metadata (helperAdmin), so
+// cl may be a client that is not allowed to describe the topics.
 func produceRaw(t *testing.T, c *Cluster, cl *kgo.Client, txnID *string, parts ...partBatch) map[string]int16 {
 	t.Helper()
 	req := kmsg.NewPtrProduceRequest()
@@ -171,11 +175,8 @@ func produceRaw(t *testing.T, c *Cluster, cl *kgo.Client, txnID *string, parts .
 	req.TransactionID = txnID
 	ids := make(map[[16]byte]string)
 	for _, p := range parts {
-		info := c.Kfake().TopicInfo(p.topic)
-		if info == nil {
-			t.Fatalf("topic %q does not exist", p.topic)
-		}
-		ids[info.TopicID] = p.topic
+		id := topicID(t, c, p.topic)
+		ids[id] = p.topic
 		i := -1
 		for j := range req.Topics {
 			if req.Topics[j].Topic == p.topic {
@@ -185,7 +186,7 @@ func produceRaw(t *testing.T, c *Cluster, cl *kgo.Client, txnID *string, parts .
 		if i < 0 {
 			rt := kmsg.NewProduceRequestTopic()
 			rt.Topic = p.topic
-			rt.TopicID = info.TopicID // kgo may pick v13, which names topics by id
+			rt.TopicID = id // kgo may pick v13, which names topics by id
 			req.Topics = append(req.Topics, rt)
 			i = len(req.Topics) - 1
 		}
@@ -194,7 +195,7 @@ func produceRaw(t *testing.T, c *Cluster, cl *kgo.Client, txnID *string, parts .
 		rp.Records = p.records
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
 	}
-	leader := c.Kfake().LeaderFor(parts[0].topic, parts[0].partition)
+	leader := leaderFor(t, c, parts[0].topic, parts[0].partition)
 	resp, err := req.RequestWith(testCtx(t), cl.Broker(int(leader)))
 	if err != nil {
 		t.Fatalf("produce: %v", err)
@@ -216,14 +217,174 @@ func tpKey(topic string, p int32) string {
 	return fmt.Sprintf("%s/%d", topic, p)
 }
 
-// highWatermark reads a partition's end offset from the cluster.
+// The helpers below reach the cluster only through the protocol, so that a
+// test runs unchanged on either engine. They use helperAdmin, a client with
+// the cluster's own credentials (the internal super user under SASL or
+// ACLs), so they work whatever the test's clients may do.
+
+var (
+	helperMu      sync.Mutex
+	helperClients = map[*Cluster]*kadm.Client{}
+)
+
+// helperAdmin returns the admin client of c's helpers, made on first use
+// and closed when t ends.
+func helperAdmin(t *testing.T, c *Cluster) *kadm.Client {
+	t.Helper()
+	helperMu.Lock()
+	defer helperMu.Unlock()
+	if adm, ok := helperClients[c]; ok {
+		return adm
+	}
+	var opts []kgo.Opt
+	if c.kafka != nil {
+		opts = c.adminOpts()
+	} else {
+		opts = append([]kgo.Opt{kgo.SeedBrokers(c.bootstrap...)}, c.tlsOpt()...)
+		if c.auth != nil {
+			opts = append(opts, c.auth.opt())
+		}
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm := kadm.NewClient(cl)
+	helperClients[c] = adm
+	t.Cleanup(func() {
+		helperMu.Lock()
+		delete(helperClients, c)
+		helperMu.Unlock()
+		cl.Close()
+	})
+	return adm
+}
+
+// createTopic creates topic with the cluster's default replication and the
+// given configs through CreateTopics, and waits until every partition has a
+// leader that answers ListOffsets for it (Kafka elects leaders after
+// CreateTopics has answered).
+func createTopic(t *testing.T, c *Cluster, topic string, partitions int32, configs map[string]string) {
+	t.Helper()
+	adm := helperAdmin(t, c)
+	var cfgs map[string]*string
+	for k, v := range configs {
+		if cfgs == nil {
+			cfgs = make(map[string]*string)
+		}
+		cfgs[k] = kmsg.StringPtr(v)
+	}
+	resp, err := adm.CreateTopic(testCtx(t), partitions, -1, cfgs, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("creating topic %s with %v: %v", topic, configs, err)
+	}
+	waitFor(t, "leaders of "+topic, func() error {
+		md, err := adm.Metadata(testCtx(t), topic)
+		if err != nil {
+			return err
+		}
+		td := md.Topics[topic]
+		if td.Err != nil {
+			return td.Err
+		}
+		if int32(len(td.Partitions)) != partitions {
+			return fmt.Errorf("metadata has %d of %d partitions", len(td.Partitions), partitions)
+		}
+		for _, pd := range td.Partitions {
+			if pd.Err != nil || pd.Leader < 0 {
+				return fmt.Errorf("partition %d: leader %d, %v", pd.Partition, pd.Leader, pd.Err)
+			}
+		}
+		ends, err := adm.ListEndOffsets(testCtx(t), topic)
+		if err != nil {
+			return err
+		}
+		return ends.Error()
+	})
+}
+
+// waitFor polls cond until it returns nil, failing the test with its last
+// error after 30 seconds.
+func waitFor(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// topicDetail is the metadata of an existing topic.
+func topicDetail(t *testing.T, c *Cluster, topic string) kadm.TopicDetail {
+	t.Helper()
+	md, err := helperAdmin(t, c).Metadata(testCtx(t), topic)
+	if err != nil {
+		t.Fatalf("metadata of %s: %v", topic, err)
+	}
+	td, ok := md.Topics[topic]
+	if !ok || td.Err != nil {
+		t.Fatalf("topic %q does not exist: %v", topic, td.Err)
+	}
+	return td
+}
+
+// topicID returns the id of an existing topic.
+func topicID(t *testing.T, c *Cluster, topic string) [16]byte {
+	t.Helper()
+	return topicDetail(t, c, topic).ID
+}
+
+// leaderFor returns the broker id leading a partition.
+func leaderFor(t *testing.T, c *Cluster, topic string, p int32) int32 {
+	t.Helper()
+	pd, ok := topicDetail(t, c, topic).Partitions[p]
+	if !ok || pd.Leader < 0 {
+		t.Fatalf("partition %s/%d has no leader (%+v)", topic, p, pd)
+	}
+	return pd.Leader
+}
+
+// highWatermark reads a partition's end offset (ListOffsets latest,
+// read_uncommitted).
 func highWatermark(t *testing.T, c *Cluster, topic string, p int32) int64 {
 	t.Helper()
-	pi := c.Kfake().PartitionInfo(topic, p)
-	if pi == nil {
+	return listedOffset(t, c, topic, p, true)
+}
+
+// logStartOffset reads a partition's log start offset (ListOffsets earliest).
+func logStartOffset(t *testing.T, c *Cluster, topic string, p int32) int64 {
+	t.Helper()
+	return listedOffset(t, c, topic, p, false)
+}
+
+func listedOffset(t *testing.T, c *Cluster, topic string, p int32, end bool) int64 {
+	t.Helper()
+	adm := helperAdmin(t, c)
+	list := adm.ListStartOffsets
+	if end {
+		list = adm.ListEndOffsets
+	}
+	offs, err := list(testCtx(t), topic)
+	if err != nil {
+		t.Fatalf("listing offsets of %s: %v", topic, err)
+	}
+	o, ok := offs.Lookup(topic, p)
+	if !ok {
 		t.Fatalf("partition %s/%d does not exist", topic, p)
 	}
-	return pi.HighWatermark
+	if o.Err != nil {
+		t.Fatalf("listing offsets of %s/%d: %v", topic, p, o.Err)
+	}
+	return o.Offset
 }
 
 func concat(bs ...[]byte) []byte { return bytes.Join(bs, nil) }

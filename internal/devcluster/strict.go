@@ -3,6 +3,7 @@ package devcluster
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,13 +26,20 @@ import (
 //   - per partition, on its leader: base offset not 0 (INVALID_RECORD); batch
 //     above max.message.bytes (MESSAGE_TOO_LARGE); bad CRC (CORRUPT_MESSAGE);
 //     lastOffsetDelta+1 not the record count, a count that is not the
-//     number of records encoded, inner offset deltas not 0..n-1, a control
-//     batch, a producer id with a negative sequence (INVALID_RECORD); a
-//     keyless record on a topic whose cleanup.policy has compact
-//     (INVALID_RECORD); on CreateTime topics a record timestamp outside
-//     [now-before.max.ms, now+after.max.ms], and the LogAppendTime bit where
-//     the topic is LogAppendTime or the timestamp is -1 (INVALID_TIMESTAMP);
-//     a batch above segment.bytes (RECORD_LIST_TOO_LARGE).
+//     number of records encoded, a control batch, a producer id with a
+//     negative sequence (INVALID_RECORD); a keyless record on a topic whose
+//     cleanup.policy has compact (INVALID_RECORD); on CreateTime topics a
+//     record timestamp outside [now-before.max.ms, now+after.max.ms], and the
+//     LogAppendTime bit where the topic is LogAppendTime or the timestamp is
+//     -1 (INVALID_TIMESTAMP); a compressed batch whose inner offset deltas
+//     are not 0..n-1 (UNKNOWN_SERVER_ERROR, see checkBatch); a batch above
+//     segment.bytes (RECORD_LIST_TOO_LARGE). An uncompressed batch with such
+//     deltas is accepted and kept as is, as Kafka does.
+//
+// Each code comes with Kafka's ErrorMessage, which is none except for the
+// per-record errors (keys and timestamps): Kafka only sends the message of a
+// RecordValidationException (ReplicaManager.appendToLocalLog,
+// hasCustomErrorMessage).
 //
 // On DeleteRecords: a topic whose cleanup.policy lacks delete
 // (POLICY_VIOLATION). Topic configs are read live from kfake
@@ -105,7 +113,11 @@ type rejection struct {
 	topic     string
 	partition int32
 	err       *kerr.Error
-	reason    string
+	reason    string // why, for the log
+	// message is what Kafka puts in the response's ErrorMessage (Produce
+	// v8+); "" for none, which is Kafka's answer for every refusal but
+	// the per-record ones.
+	message string
 	// disarm changes the partition's entry in the request so that kfake
 	// refuses it on its own without touching the log. Our fault normally
 	// answers the partition first, but a fault a test installed earlier
@@ -116,11 +128,11 @@ type rejection struct {
 }
 
 // kafkaError returns a copy of base carrying Kafka's message, which kfake
-// puts in the response's ErrorMessage (Produce v8+). Clients map the code,
-// so the copy behaves exactly like base for them.
-func kafkaError(base *kerr.Error, reason string) *kerr.Error {
+// puts in the response's ErrorMessage (Produce v8+) unless it is empty.
+// Clients map the code, so the copy behaves exactly like base for them.
+func kafkaError(base *kerr.Error, message string) *kerr.Error {
 	e := *base
-	e.Message = reason
+	e.Message = message
 	return &e
 }
 
@@ -140,7 +152,7 @@ func (s *strictValidator) reject(key kmsg.Key, req kmsg.Request, node int32, rs 
 			Nodes:      []int32{node},
 			Topic:      r.topic,
 			Partitions: []int32{r.partition},
-			Err:        kafkaError(r.err, r.reason),
+			Err:        kafkaError(r.err, r.message),
 			Count:      1,
 			When:       func(got kmsg.Request) bool { return got == req },
 		})
@@ -266,7 +278,7 @@ func (s *strictValidator) onProduce(req *kmsg.ProduceRequest) (kmsg.Response, er
 		// Kafka drops the bytes after the last whole batch; kfake would
 		// call them a length mismatch.
 		rp.Records = rp.Records[:p.split.consumed]
-		if r, ok := checkBatch(p.split.first, p.rules, now); !ok {
+		if r, ok := checkBatch(p.split.first, p.rules, now, fmt.Sprintf("%s-%d", p.topic, rp.Partition)); !ok {
 			r.topic, r.partition, r.disarm = p.topic, rp.Partition, disarmProduce(rp)
 			rejected = append(rejected, r)
 		}
@@ -368,9 +380,10 @@ func wholeProduceError(req *kmsg.ProduceRequest, e *kerr.Error) *kmsg.ProduceRes
 
 // checkBatch runs UnifiedLog.analyzeAndValidateRecords, LogValidator and the
 // segment-size check of UnifiedLog.append on the one batch of a partition, in
-// that order. On success it may rewrite the batch in place the way Kafka's
-// in-place assignment does (see normalizeTimestamps).
-func checkBatch(batch []byte, rules topicRules, now int64) (rejection, bool) {
+// that order; tp names the partition as Kafka's messages do ("topic-0"). On
+// success it may rewrite the batch in place the way Kafka's in-place
+// assignment does (see normalizeTimestamps).
+func checkBatch(batch []byte, rules topicRules, now int64, tp string) (rejection, bool) {
 	bad := func(e *kerr.Error, format string, args ...any) (rejection, bool) {
 		return rejection{err: e, reason: fmt.Sprintf(format, args...)}, false
 	}
@@ -419,19 +432,15 @@ func checkBatch(batch []byte, rules topicRules, now int64) (rejection, bool) {
 		return bad(kerr.CorruptMessage, "Cannot decompress the records: %v", err)
 	}
 	var (
-		deltaErr            string
-		keyErrs, tsErrs     int
-		keyReason, tsReason string
-		maxTimestamp        int64 = -1
+		hole            string // the first record whose offset delta is not its index
+		keyErrs, tsErrs int
+		keyErrors       []string // Kafka's RecordError strings, the first three
+		tsReason        string
+		maxTimestamp    int64 = -1
 	)
 	err = forEachRecord(data, h.numRecords, func(i int, r record) {
-		// Deliberately stricter than Kafka, which rewrites (recompresses)
-		// a compressed batch whose inner offsets are not 0..n-1 and keeps
-		// an uncompressed one as is, so that consumers compute other
-		// offsets than the log assigned. Either outcome breaks the
-		// offset-identical copy, so the harness refuses it outright.
-		if r.offsetDelta != int32(i) && deltaErr == "" {
-			deltaErr = fmt.Sprintf("Inconsistent batch offset range: record %d has offset delta %d", i, r.offsetDelta)
+		if r.offsetDelta != int32(i) && hole == "" {
+			hole = fmt.Sprintf("record %d has offset delta %d", i, r.offsetDelta)
 		}
 		ts := h.baseTimestamp + r.timestampDelta
 		if h.logAppendTime() {
@@ -441,8 +450,9 @@ func checkBatch(batch []byte, rules topicRules, now int64) (rejection, bool) {
 		// LogValidator.validateRecord: a key error is the record's error
 		// and its timestamp is then not looked at.
 		if rules.compact && r.keyNull {
-			if keyErrs++; keyErrs == 1 {
-				keyReason = fmt.Sprintf("Compacted topic cannot accept message without key (record %d)", i)
+			if keyErrs++; keyErrs <= 3 {
+				keyErrors = append(keyErrors, fmt.Sprintf(
+					"RecordError(batchIndex=%d, message='Compacted topic cannot accept message without key in topic partition %s')", i, tp))
 			}
 			return
 		}
@@ -466,14 +476,27 @@ func checkBatch(batch []byte, rules topicRules, now int64) (rejection, bool) {
 	switch {
 	case err != nil:
 		return bad(kerr.InvalidRecord, "%v", err)
-	case deltaErr != "":
-		return bad(kerr.InvalidRecord, "%s", deltaErr)
 	case tsErrs > 0:
 		// LogValidator.processRecordErrors: any timestamp error makes the
-		// whole batch INVALID_TIMESTAMP.
-		return bad(kerr.InvalidTimestamp, "One or more records have been rejected due to invalid timestamp: %s", tsReason)
+		// whole batch INVALID_TIMESTAMP, with a message that names none.
+		const msg = "One or more records have been rejected due to invalid timestamp"
+		return rejection{err: kerr.InvalidTimestamp, reason: msg + ": " + tsReason, message: msg}, false
 	case keyErrs > 0:
-		return bad(kerr.InvalidRecord, "One or more records have been rejected due to %d record errors: %s", keyErrs, keyReason)
+		msg := fmt.Sprintf("One or more records have been rejected due to %d record errors in total, and only showing the first three errors at most: [%s]",
+			keyErrs, strings.Join(keyErrors, ", "))
+		return rejection{err: kerr.InvalidRecord, reason: msg, message: msg}, false
+	case hole != "" && h.codec() != codecNone:
+		// Kafka's answer, a broker bug: for a compressed batch it can keep
+		// (compression.type producer, the default) LogValidator reads the
+		// records with the iterator that skips keys and values, then finds
+		// the inner offsets are not 0..n-1 and rebuilds the batch from
+		// those key-less records, which throws (PartialDefaultRecord.key:
+		// UnsupportedOperationException). An uncompressed batch with such
+		// deltas is kept as is (assignOffsetsNonCompressed never looks at
+		// them), and kfake keeps it as is too. Not imitated: a topic whose
+		// compression.type names another codec, where Kafka recompresses
+		// every batch and so renumbers the inner offsets.
+		return bad(kerr.UnknownServerError, "Compressed batch with inner offsets not 0..n-1 (%s): Kafka fails rebuilding it (key is skipped in PartialDefaultRecord)", hole)
 	}
 
 	// UnifiedLog.append.

@@ -3,6 +3,8 @@ package devcluster
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,11 +16,45 @@ import (
 	"github.com/twmb/franz-go/pkg/kversion"
 )
 
+// The table tests of the strict layer run on both engines: "embedded", kfake
+// with the strict layer under test, and "kafka", Apache Kafka brokers of
+// DefaultKafkaVersion (or KMIRROR_KAFKA_VERSION), the reference the strict
+// layer must agree with. Each subtest starts one cluster that the test's
+// cases share, each case on fresh topics. Run one engine with
+// -run 'TestStrict.*/embedded'.
+
+// onEngines runs f as one subtest per engine, on a cluster started with opts.
+func onEngines(t *testing.T, opts []Option, f func(t *testing.T, c *Cluster)) {
+	t.Helper()
+	for _, e := range []EngineKind{Embedded, Kafka} {
+		t.Run(string(e), func(t *testing.T) {
+			c := StartT(t, append([]Option{Engine(e)}, opts...)...)
+			if e == Kafka {
+				// Runs before the cluster closes (cleanups run last
+				// first): a failure shows what the brokers logged.
+				t.Cleanup(func() {
+					if !t.Failed() {
+						return
+					}
+					for _, n := range c.kafka.nodes {
+						b, _ := os.ReadFile(filepath.Join(n.dir, "server.log"))
+						t.Logf("broker %d's server.log ends:\n%s", n.id, tail(string(b), 60))
+					}
+				})
+			}
+			f(t, c)
+		})
+	}
+}
+
 // TestStrictProduceChecks sends one raw batch per case, each bad in one way,
 // and checks Kafka's error code, and that a refused batch leaves the log as it
 // was while an accepted one is appended.
 func TestStrictProduceChecks(t *testing.T) {
-	c := StartT(t)
+	onEngines(t, nil, testStrictProduceChecks)
+}
+
+func testStrictProduceChecks(t *testing.T, c *Cluster) {
 	cl := newClient(t, c)
 
 	now := time.Now().UnixMilli()
@@ -60,17 +96,29 @@ func TestStrictProduceChecks(t *testing.T) {
 			return b
 		}(), want: kerr.InvalidRecord},
 		{name: "valid zstd batch", batch: func() testBatch { b := plain(3); b.attrs = codecZstd; return b }()},
-		{name: "inner offset deltas with a hole", batch: func() testBatch {
+		// Kafka never looks at the inner offsets of an uncompressed batch
+		// and keeps it as is.
+		{name: "inner offset deltas with a hole are kept", batch: func() testBatch {
 			b := plain(3)
 			b.records[1].offsetDelta, b.records[2].offsetDelta = i32(2), i32(3)
 			return b
-		}(), want: kerr.InvalidRecord},
+		}()},
+		// A broker bug (see checkBatch): Kafka tries to rebuild the batch
+		// from records read without their keys.
 		{name: "zstd inner offset deltas with a hole", batch: func() testBatch {
 			b := plain(3)
 			b.attrs = codecZstd
 			b.records[2].offsetDelta = i32(7)
 			return b
-		}(), want: kerr.InvalidRecord},
+		}(), want: kerr.UnknownServerError},
+		{name: "zstd hole and keyless record on compact topic: record error wins",
+			configs: map[string]string{"cleanup.policy": "compact"},
+			batch: func() testBatch {
+				b := withKeyless(plain(3))
+				b.attrs = codecZstd
+				b.records[2].offsetDelta = i32(7)
+				return b
+			}(), want: kerr.InvalidRecord},
 		{name: "control batch", batch: func() testBatch { b := plain(1); b.attrs = attrControl; return b }(), want: kerr.InvalidRecord},
 		{name: "bad crc", batch: func() testBatch { b := plain(2); b.badCRC = true; return b }(), want: kerr.CorruptMessage},
 		{name: "producer id with negative sequence", batch: func() testBatch {
@@ -108,7 +156,7 @@ func TestStrictProduceChecks(t *testing.T) {
 		}(), want: kerr.InvalidTimestamp},
 		{name: "LogAppendTime bit on CreateTime topic", batch: func() testBatch { b := plain(2); b.attrs = attrLogAppendTime; return b }()},
 		{name: "keyless record and bad timestamp: timestamp wins",
-			configs: map[string]string{"cleanup.policy": "compact"},
+			configs: map[string]string{"cleanup.policy": "compact", "message.timestamp.after.max.ms": "3600000"}, // also on 3.x
 			batch: func() testBatch {
 				b := plain(3)
 				b.records[0].nullKey = true
@@ -117,15 +165,16 @@ func TestStrictProduceChecks(t *testing.T) {
 			}(), want: kerr.InvalidTimestamp},
 		{name: "batch above max.message.bytes", configs: map[string]string{"max.message.bytes": "100"},
 			batch: plain(5), want: kerr.MessageTooLarge},
-		{name: "batch above segment.bytes", configs: map[string]string{"segment.bytes": "100"},
-			batch: plain(5), want: kerr.RecordListTooLarge},
+		// segment.bytes is at least 1 MiB on Kafka 4.x.
+		{name: "batch above segment.bytes", configs: map[string]string{"segment.bytes": "1048576", "max.message.bytes": "2097152"},
+			batch: testBatch{producerID: -1, producerEpoch: -1, baseSequence: -1,
+				records: []testRecord{{key: []byte("k"), value: make([]byte, 1100000)}}},
+			want: kerr.RecordListTooLarge},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			topic := fmt.Sprintf("produce-%d", i)
-			if err := c.Kfake().CreateTopic(topic, 1, tc.configs); err != nil {
-				t.Fatal(err)
-			}
+			createTopic(t, c, topic, 1, tc.configs)
 			b := tc.batch.encode(t)
 			if tc.raw != nil {
 				b = tc.raw(b)
@@ -149,45 +198,90 @@ func TestStrictProduceChecks(t *testing.T) {
 	}
 }
 
-// TestStrictErrorMessage checks that raw clients get Kafka's message for a
-// refusal, not only its code.
+// TestStrictErrorMessage checks the ErrorMessage raw clients get with a
+// refusal: Kafka sends one only for per-record errors (keys, timestamps),
+// whose exception is a RecordValidationException (ReplicaManager's
+// hasCustomErrorMessage), and none for a refused batch.
 func TestStrictErrorMessage(t *testing.T) {
-	c := StartT(t)
+	onEngines(t, nil, testStrictErrorMessage)
+}
+
+func testStrictErrorMessage(t *testing.T, c *Cluster) {
 	cl := newClient(t, c)
-	if err := c.Kfake().CreateTopic("msg", 1, nil); err != nil {
-		t.Fatal(err)
+	badRange := plain(3)
+	badRange.lastOffsetDelta = i32(5)
+	keyless := plain(3)
+	keyless.records[0].nullKey, keyless.records[2].nullKey = true, true
+	future := plain(2)
+	future.firstTimestamp = time.Now().Add(2 * time.Hour).UnixMilli()
+	for i, tc := range []struct {
+		name    string
+		configs map[string]string
+		batch   testBatch
+		want    *kerr.Error
+		message func(topic string) string // nil: no message
+	}{
+		{name: "batch refused, no message", batch: badRange, want: kerr.InvalidRecord},
+		{name: "keyless records on compact topic", configs: map[string]string{"cleanup.policy": "compact"}, batch: keyless, want: kerr.InvalidRecord,
+			message: func(topic string) string {
+				return "One or more records have been rejected due to 2 record errors in total, and only showing the first three errors at most: [" +
+					"RecordError(batchIndex=0, message='Compacted topic cannot accept message without key in topic partition " + topic + "-0'), " +
+					"RecordError(batchIndex=2, message='Compacted topic cannot accept message without key in topic partition " + topic + "-0')]"
+			}},
+		{name: "timestamp out of range", configs: map[string]string{"message.timestamp.after.max.ms": "3600000"}, batch: future, want: kerr.InvalidTimestamp,
+			message: func(string) string { return "One or more records have been rejected due to invalid timestamp" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			topic := fmt.Sprintf("msg-%d", i)
+			createTopic(t, c, topic, 1, tc.configs)
+			req := kmsg.NewPtrProduceRequest()
+			req.Acks = -1
+			req.TimeoutMillis = 5000
+			rt := kmsg.NewProduceRequestTopic()
+			rt.Topic = topic
+			rt.TopicID = topicID(t, c, topic)
+			rp := kmsg.NewProduceRequestTopicPartition()
+			rp.Records = tc.batch.encode(t)
+			rt.Partitions = append(rt.Partitions, rp)
+			req.Topics = append(req.Topics, rt)
+			resp, err := req.RequestWith(testCtx(t), cl.Broker(int(leaderFor(t, c, topic, 0))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if req.Version < 8 {
+				t.Fatalf("produce went out as v%d, which has no ErrorMessage", req.Version)
+			}
+			p := resp.Topics[0].Partitions[0]
+			if p.ErrorCode != tc.want.Code {
+				t.Fatalf("error code %d (%v), want %v", p.ErrorCode, kerr.ErrorForCode(p.ErrorCode), tc.want)
+			}
+			switch {
+			case tc.message == nil && p.ErrorMessage != nil:
+				t.Fatalf("error message %q, want none", *p.ErrorMessage)
+			case tc.message != nil && (p.ErrorMessage == nil || *p.ErrorMessage != tc.message(topic)):
+				t.Fatalf("error message %v, want %q", deref(p.ErrorMessage), tc.message(topic))
+			}
+		})
 	}
-	b := plain(3)
-	b.lastOffsetDelta = i32(5)
-	req := kmsg.NewPtrProduceRequest()
-	req.Acks = -1
-	req.TimeoutMillis = 5000
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic = "msg"
-	rt.TopicID = c.Kfake().TopicInfo("msg").TopicID
-	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Records = b.encode(t)
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(testCtx(t), cl)
-	if err != nil {
-		t.Fatal(err)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<none>"
 	}
-	p := resp.Topics[0].Partitions[0]
-	if p.ErrorCode != kerr.InvalidRecord.Code || p.ErrorMessage == nil || !strings.Contains(*p.ErrorMessage, "Inconsistent batch offset range") {
-		t.Fatalf("got code %d message %v, want INVALID_RECORD with Kafka's message", p.ErrorCode, p.ErrorMessage)
-	}
+	return fmt.Sprintf("%q", *s)
 }
 
 // TestStrictPerPartition sends one request whose partitions are good and bad
 // across two topics: only the bad ones are refused, the good ones appended.
 func TestStrictPerPartition(t *testing.T) {
-	c := StartT(t)
+	onEngines(t, nil, testStrictPerPartition)
+}
+
+func testStrictPerPartition(t *testing.T, c *Cluster) {
 	cl := newClient(t, c)
 	for _, topic := range []string{"a", "b"} {
-		if err := c.Kfake().CreateTopic(topic, 3, nil); err != nil {
-			t.Fatal(err)
-		}
+		createTopic(t, c, topic, 3, nil)
 	}
 	baseOffset := plain(2)
 	baseOffset.baseOffset = 7
@@ -242,11 +336,11 @@ func TestStrictPerPartition(t *testing.T) {
 // TestStrictTransactionalRequest covers the checks Kafka applies to a whole
 // produce request.
 func TestStrictTransactionalRequest(t *testing.T) {
-	c := StartT(t)
+	onEngines(t, nil, testStrictTransactionalRequest)
+}
+
+func testStrictTransactionalRequest(t *testing.T, c *Cluster) {
 	cl := newClient(t, c)
-	if err := c.Kfake().CreateTopic("tx", 2, nil); err != nil {
-		t.Fatal(err)
-	}
 	txn := func(pid int64, epoch int16) []byte {
 		b := plain(1)
 		b.attrs = attrTransactional
@@ -254,7 +348,7 @@ func TestStrictTransactionalRequest(t *testing.T) {
 		return b.encode(t)
 	}
 	id := "txn"
-	for _, tc := range []struct {
+	for i, tc := range []struct {
 		name  string
 		txnID *string
 		p0    []byte
@@ -266,14 +360,16 @@ func TestStrictTransactionalRequest(t *testing.T) {
 		{"transactional records without a transactional id", nil, txn(1000, 0), plain(1).encode(t), kerr.TransactionalIDAuthorizationFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			codes := produceRaw(t, c, cl, tc.txnID, partBatch{"tx", 0, tc.p0}, partBatch{"tx", 1, tc.p1})
-			for _, tp := range []string{"tx/0", "tx/1"} {
-				if codes[tp] != tc.want.Code {
+			topic := fmt.Sprintf("tx-%d", i)
+			createTopic(t, c, topic, 2, nil)
+			codes := produceRaw(t, c, cl, tc.txnID, partBatch{topic, 0, tc.p0}, partBatch{topic, 1, tc.p1})
+			for p := int32(0); p < 2; p++ {
+				if tp := tpKey(topic, p); codes[tp] != tc.want.Code {
 					t.Errorf("%s: error code %d, want %d (%v)", tp, codes[tp], tc.want.Code, tc.want)
 				}
 			}
 			for p := int32(0); p < 2; p++ {
-				if hw := highWatermark(t, c, "tx", p); hw != 0 {
+				if hw := highWatermark(t, c, topic, p); hw != 0 {
 					t.Errorf("partition %d: high watermark %d after a refused request", p, hw)
 				}
 			}
@@ -283,13 +379,14 @@ func TestStrictTransactionalRequest(t *testing.T) {
 
 // TestStrictZstdNeedsProduceV7 pins the client to Produce v6.
 func TestStrictZstdNeedsProduceV7(t *testing.T) {
-	c := StartT(t)
+	onEngines(t, nil, testStrictZstdNeedsProduceV7)
+}
+
+func testStrictZstdNeedsProduceV7(t *testing.T, c *Cluster) {
 	versions := kversion.Stable()
 	versions.SetMaxKeyVersion(int16(kmsg.Produce), 6)
 	cl := newClient(t, c, kgo.MaxVersions(versions))
-	if err := c.Kfake().CreateTopic("zstd", 1, nil); err != nil {
-		t.Fatal(err)
-	}
+	createTopic(t, c, "zstd", 1, nil)
 	b := plain(2)
 	b.attrs = codecZstd
 	if got := produceRaw(t, c, cl, nil, partBatch{"zstd", 0, b.encode(t)})["zstd/0"]; got != kerr.UnsupportedCompressionType.Code {
@@ -301,20 +398,30 @@ func TestStrictZstdNeedsProduceV7(t *testing.T) {
 // the partition: the request's shape is checked first, the batch contents
 // only on the leader, so a bad CRC sent to a follower is NOT_LEADER.
 func TestStrictNotLeader(t *testing.T) {
-	c := StartT(t, Brokers(2))
+	onEngines(t, []Option{Brokers(2)}, testStrictNotLeader)
+}
+
+func testStrictNotLeader(t *testing.T, c *Cluster) {
 	cl := newClient(t, c)
-	if err := c.Kfake().CreateTopic("nl", 1, nil); err != nil {
-		t.Fatal(err)
+	createTopic(t, c, "nl", 1, nil)
+	td := topicDetail(t, c, "nl")
+	leader := td.Partitions[0].Leader
+	follower := int32(-1)
+	for _, r := range td.Partitions[0].Replicas {
+		if r != leader {
+			follower = r
+		}
 	}
-	leader := c.Kfake().LeaderFor("nl", 0)
-	follower := 1 - leader
+	if follower < 0 {
+		t.Fatalf("partition nl/0 has no follower: replicas %v, leader %d", td.Partitions[0].Replicas, leader)
+	}
 	send := func(records []byte) int16 {
 		req := kmsg.NewPtrProduceRequest()
 		req.Acks = -1
 		req.TimeoutMillis = 5000
 		rt := kmsg.NewProduceRequestTopic()
 		rt.Topic = "nl"
-		rt.TopicID = c.Kfake().TopicInfo("nl").TopicID
+		rt.TopicID = td.ID
 		rp := kmsg.NewProduceRequestTopicPartition()
 		rp.Records = records
 		rt.Partitions = append(rt.Partitions, rp)
@@ -338,13 +445,14 @@ func TestStrictNotLeader(t *testing.T) {
 // TestStrictDeleteRecords checks POLICY_VIOLATION on compact-only topics,
 // per partition within one request.
 func TestStrictDeleteRecords(t *testing.T) {
-	c := StartT(t)
+	onEngines(t, nil, testStrictDeleteRecords)
+}
+
+func testStrictDeleteRecords(t *testing.T, c *Cluster) {
 	cl := newClient(t, c)
 	policies := map[string]string{"compact": "compact", "both": "compact,delete", "delete": "delete"}
 	for topic, policy := range policies {
-		if err := c.Kfake().CreateTopic(topic, 1, map[string]string{"cleanup.policy": policy}); err != nil {
-			t.Fatal(err)
-		}
+		createTopic(t, c, topic, 1, map[string]string{"cleanup.policy": policy})
 		if code := produceRaw(t, c, cl, nil, partBatch{topic, 0, plain(3).encode(t)})[tpKey(topic, 0)]; code != 0 {
 			t.Fatalf("%s: seeding produce failed with code %d", topic, code)
 		}
@@ -373,7 +481,7 @@ func TestStrictDeleteRecords(t *testing.T) {
 		if want[rt.Topic] != 0 {
 			wantStart = 0
 		}
-		if ls := c.Kfake().PartitionInfo(rt.Topic, 0).LogStartOffset; ls != wantStart {
+		if ls := logStartOffset(t, c, rt.Topic, 0); ls != wantStart {
 			t.Errorf("%s: log start offset %d, want %d", rt.Topic, ls, wantStart)
 		}
 	}
@@ -381,6 +489,9 @@ func TestStrictDeleteRecords(t *testing.T) {
 
 // TestStrictFollowsConfigChanges alters topic configs through the protocol
 // and checks that the very next produce is judged by the new values.
+// Embedded only: "the very next" is the strict layer's promise (it reads
+// kfake's configs on every request); a Kafka broker applies an altered
+// config once the metadata log reaches it, a moment later.
 func TestStrictFollowsConfigChanges(t *testing.T) {
 	c := StartT(t)
 	cl := newClient(t, c)
@@ -443,11 +554,12 @@ func withNullKey(tb testBatch) testBatch {
 // read back with their own create times (first timestamp + delta), not the
 // batch's max timestamp they were validated with.
 func TestStrictLogAppendTimeBitIsNormalized(t *testing.T) {
-	c := StartT(t)
+	onEngines(t, nil, testStrictLogAppendTimeBitIsNormalized)
+}
+
+func testStrictLogAppendTimeBitIsNormalized(t *testing.T, c *Cluster) {
+	createTopic(t, c, "lat", 1, nil)
 	cl := newClient(t, c, kgo.ConsumeTopics("lat"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err := c.Kfake().CreateTopic("lat", 1, nil); err != nil {
-		t.Fatal(err)
-	}
 	b := plain(2)
 	b.attrs = attrLogAppendTime
 	ts := time.Now().Add(-time.Minute).UnixMilli()
@@ -486,13 +598,12 @@ func pollN(t *testing.T, cl *kgo.Client, n int) []*kgo.Record {
 	return recs
 }
 
-// TestLenient checks that Lenient leaves kfake's own answers.
+// TestLenient checks that Lenient leaves kfake's own answers (embedded
+// only: Kafka has no lenient mode).
 func TestLenient(t *testing.T) {
 	c := StartT(t, Lenient())
 	cl := newClient(t, c)
-	if err := c.Kfake().CreateTopic("compacted", 1, map[string]string{"cleanup.policy": "compact"}); err != nil {
-		t.Fatal(err)
-	}
+	createTopic(t, c, "compacted", 1, map[string]string{"cleanup.policy": "compact"})
 	if code := produceRaw(t, c, cl, nil, partBatch{"compacted", 0, withNullKey(plain(2)).encode(t)})["compacted/0"]; code != 0 {
 		t.Errorf("keyless record on compacted topic: code %d, want kfake's acceptance", code)
 	}
@@ -505,6 +616,7 @@ func TestLenient(t *testing.T) {
 
 // TestStrictClientsStillWork runs franz-go's producer (every codec,
 // idempotent and transactional) and consumer against a strict cluster.
+// Embedded only: it checks that the strict layer lets real clients through.
 func TestStrictClientsStillWork(t *testing.T) {
 	c := StartT(t)
 	ctx := testCtx(t)
@@ -515,9 +627,7 @@ func TestStrictClientsStillWork(t *testing.T) {
 	const perCodec = 50
 	for name, codec := range codecs {
 		topic := "codec-" + name
-		if err := c.Kfake().CreateTopic(topic, 2, map[string]string{"cleanup.policy": "compact,delete"}); err != nil {
-			t.Fatal(err)
-		}
+		createTopic(t, c, topic, 2, map[string]string{"cleanup.policy": "compact,delete"})
 		cl := newClient(t, c, kgo.ProducerBatchCompression(codec), kgo.DefaultProduceTopic(topic))
 		var rs []*kgo.Record
 		for i := range perCodec {
@@ -533,9 +643,7 @@ func TestStrictClientsStillWork(t *testing.T) {
 	}
 
 	// Transactions: one committed, one aborted.
-	if err := c.Kfake().CreateTopic("txn", 2, nil); err != nil {
-		t.Fatal(err)
-	}
+	createTopic(t, c, "txn", 2, nil)
 	txcl := newClient(t, c, kgo.TransactionalID("strict-test"), kgo.DefaultProduceTopic("txn"))
 	for _, commit := range []bool{true, false} {
 		if err := txcl.BeginTransaction(); err != nil {
