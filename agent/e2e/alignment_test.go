@@ -120,8 +120,12 @@ func checkLoss(t *testing.T, a *agent, topic string, want map[int32]int64) {
 // the same records at the same offsets, report no lost record, and keep the
 // source's batches, but for the one re-encoded from 50,000.
 func TestAlignNewMirror(t *testing.T) {
-	const topic = "aligned"
-	p := newPair(t, pairOpts{topic: topic, partitions: 2})
+	forEngines(t, testAlignNewMirror)
+}
+
+func testAlignNewMirror(t *testing.T, e engine) {
+	p := newPairOn(t, e, pairOpts{topic: "aligned", partitions: 2})
+	topic := p.topic
 	spec := workload.Spec{Topic: topic, Seed: 3, NullKeyEvery: 5, NullValueEvery: 9, Headers: true, ExplicitTimestamps: true}.WithDefaults()
 	produceBatches(t, p, spec, 0, 0, 60_000, 1000)
 	produceBatches(t, p, spec, 1, 0, 500, 500)
@@ -132,7 +136,12 @@ func TestAlignNewMirror(t *testing.T) {
 	if len(b0) != 1 || b0[0].Base != 50_000 || len(b1) != 1 || b1[0].Base != 49_500 || b1[0].Last != 50_499 {
 		t.Fatalf("source batches at 50,000: p0 %+v, p1 %+v; want one starting there and one around it", b0, b1)
 	}
+	// The source log starts at 50,000, as retention or an operator
+	// leaves it (DeleteRecords on Kafka too).
 	deleteRecords(t, p.srcAdm, topic, map[int32]int64{0: 50_000, 1: 50_000})
+	if s := logStarts(t, p.srcAdm, topic); s[0] != 50_000 || s[1] != 50_000 {
+		t.Fatalf("source log starts %v after DeleteRecords, want 50000", s)
+	}
 
 	a := p.startAgent(t, agentOpts{apply: new(p.spec(topic))})
 	p.waitMirrored(t, a, topic, time.Minute)
@@ -167,77 +176,130 @@ func TestAlignNewMirror(t *testing.T) {
 // TestAlignRetentionOvertakes: source retention removes records a mirror has
 // not copied yet. The destination log start must move to the source's, the
 // loss must be reported in Describe (count and reason) and stay reported
-// after a restart, and what remains must be identical.
+// after a restart, and what remains must be identical. Retention is
+// imitated with DeleteRecords on the source, while the agent is stopped and
+// while the topic is paused; TestAlignRetentionOvertakesRunning holds a
+// running mirror back with a fault on the embedded engine.
 func TestAlignRetentionOvertakes(t *testing.T) {
-	t.Run("agent stopped", func(t *testing.T) {
-		const topic = "overtaken"
-		p := newPair(t, pairOpts{topic: topic, partitions: 2})
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		spec := workload.Spec{Topic: topic, Partitions: 2, Records: 60_000, Seed: 4, Codecs: workload.AllCodecs, Headers: true, ExplicitTimestamps: true}
-		if _, err := workload.Produce(ctx, p.srcOpts(), spec); err != nil {
-			t.Fatal(err)
-		}
-		a := p.startAgent(t, agentOpts{apply: new(p.spec(topic))})
-		p.waitMirrored(t, a, topic, time.Minute)
-		a.stop()
-
-		// 30,000 more records a partition while the agent is down, then
-		// retention removes p0 below 50,000, past the destination's end
-		// (30,000); p1 keeps its log.
-		spec.Seed = 5
-		if _, err := workload.Produce(ctx, p.srcOpts(), spec); err != nil {
-			t.Fatal(err)
-		}
-		deleteRecords(t, p.srcAdm, topic, map[int32]int64{0: 50_000})
-
-		a = p.startAgent(t, agentOpts{})
-		p.waitMirrored(t, a, topic, time.Minute)
-		if s := logStarts(t, p.dstAdm, topic); s[0] != 50_000 || s[1] != 0 {
-			t.Errorf("destination log starts %v, want p0 at 50000 and p1 at 0", s)
-		}
-		checkLoss(t, a, topic, map[int32]int64{0: 20_000})
-		p.assertIdentical(t, topic, identityOpts{wantRecords: 10_000 + 60_000})
-
-		// The loss is still reported after a restart.
-		a.stop()
-		a = p.startAgent(t, agentOpts{})
-		p.waitMirrored(t, a, topic, time.Minute)
-		checkLoss(t, a, topic, map[int32]int64{0: 20_000})
+	forEngines(t, func(t *testing.T, e engine) {
+		t.Run("agent stopped", func(t *testing.T) { overtakeStopped(t, e) })
+		t.Run("topic paused", func(t *testing.T) { overtakePaused(t, e) })
 	})
+}
 
-	t.Run("agent running behind", func(t *testing.T) {
-		const topic = "behind"
-		p := newPair(t, pairOpts{topic: topic, partitions: 1})
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		spec := workload.Spec{Topic: topic, Records: 10_000, Seed: 6, Codecs: workload.AllCodecs, Headers: true}
-		if _, err := workload.Produce(ctx, p.srcOpts(), spec); err != nil {
-			t.Fatal(err)
-		}
-		a := p.startAgent(t, agentOpts{apply: new(p.spec(topic))})
-		p.waitMirrored(t, a, topic, time.Minute)
+func overtakeStopped(t *testing.T, e engine) {
+	p := newPairOn(t, e, pairOpts{topic: "overtaken", partitions: 2})
+	topic := p.topic
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	spec := workload.Spec{Topic: topic, Partitions: 2, Records: 60_000, Seed: 4, Codecs: workload.AllCodecs, Headers: true, ExplicitTimestamps: true}
+	if _, err := workload.Produce(ctx, p.srcOpts(), spec); err != nil {
+		t.Fatal(err)
+	}
+	a := p.startAgent(t, agentOpts{apply: new(p.spec(topic))})
+	p.waitMirrored(t, a, topic, time.Minute)
+	a.stop()
 
-		// Hold the mirror back: every fetch of the topic fails. Once one
-		// has, nothing more is copied.
-		h := p.src.Kfake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: topic, Err: kerr.NotLeaderForPartition, Count: -1})
-		e := faultEnv{t: t, p: p, a: a, topic: topic}
-		e.waitHits(h, 1)
-		spec.Seed, spec.Records = 7, 20_000
-		if _, err := workload.Produce(ctx, p.srcOpts(), spec); err != nil {
-			t.Fatal(err)
-		}
-		deleteRecords(t, p.srcAdm, topic, map[int32]int64{0: 25_000})
-		if end := ends(t, p.dstAdm, topic)[0]; end != 10_000 {
-			t.Fatalf("destination end %d while fetches fail, want 10000", end)
-		}
-		h.Remove()
+	// 30,000 more records a partition while the agent is down, then
+	// retention removes p0 below 50,000, past the destination's end
+	// (30,000); p1 keeps its log.
+	spec.Seed = 5
+	if _, err := workload.Produce(ctx, p.srcOpts(), spec); err != nil {
+		t.Fatal(err)
+	}
+	deleteRecords(t, p.srcAdm, topic, map[int32]int64{0: 50_000})
 
-		p.waitMirrored(t, a, topic, time.Minute)
-		if s := logStarts(t, p.dstAdm, topic); s[0] != 25_000 {
-			t.Errorf("destination log start %d, want 25000", s[0])
-		}
-		checkLoss(t, a, topic, map[int32]int64{0: 15_000})
-		p.assertIdentical(t, topic, identityOpts{wantRecords: 5_000})
-	})
+	a = p.startAgent(t, agentOpts{})
+	p.waitMirrored(t, a, topic, time.Minute)
+	if s := logStarts(t, p.dstAdm, topic); s[0] != 50_000 || s[1] != 0 {
+		t.Errorf("destination log starts %v, want p0 at 50000 and p1 at 0", s)
+	}
+	checkLoss(t, a, topic, map[int32]int64{0: 20_000})
+	p.assertIdentical(t, topic, identityOpts{wantRecords: 10_000 + 60_000})
+
+	// The loss is still reported after a restart.
+	a.stop()
+	a = p.startAgent(t, agentOpts{})
+	p.waitMirrored(t, a, topic, time.Minute)
+	checkLoss(t, a, topic, map[int32]int64{0: 20_000})
+}
+
+// overtakePaused: the mirror lags because the topic is paused, while the
+// agent runs; retention passes the destination end, and the resume aligns.
+func overtakePaused(t *testing.T, e engine) {
+	p := newPairOn(t, e, pairOpts{topic: "behind", partitions: 1})
+	topic := p.topic
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	spec := workload.Spec{Topic: topic, Records: 10_000, Seed: 6, Codecs: workload.AllCodecs, Headers: true}
+	if _, err := workload.Produce(ctx, p.srcOpts(), spec); err != nil {
+		t.Fatal(err)
+	}
+	a := p.startAgent(t, agentOpts{apply: new(p.spec(topic))})
+	p.waitMirrored(t, a, topic, time.Minute)
+	if err := a.co.PauseTopics(ctx, mirrorName, []string{topic}); err != nil {
+		t.Fatal(err)
+	}
+	spec.Seed, spec.Records = 7, 20_000
+	if _, err := workload.Produce(ctx, p.srcOpts(), spec); err != nil {
+		t.Fatal(err)
+	}
+	deleteRecords(t, p.srcAdm, topic, map[int32]int64{0: 25_000})
+	if end := ends(t, p.dstAdm, topic)[0]; end != 10_000 {
+		t.Fatalf("destination end %d while paused, want 10000", end)
+	}
+	if err := a.co.ResumeTopics(ctx, mirrorName, []string{topic}); err != nil {
+		t.Fatal(err)
+	}
+	p.waitMirrored(t, a, topic, time.Minute)
+	if s := logStarts(t, p.dstAdm, topic); s[0] != 25_000 {
+		t.Errorf("destination log start %d, want 25000", s[0])
+	}
+	checkLoss(t, a, topic, map[int32]int64{0: 15_000})
+	p.assertIdentical(t, topic, identityOpts{wantRecords: 5_000})
+
+	// The loss is still reported after a restart.
+	a.stop()
+	a = p.startAgent(t, agentOpts{})
+	p.waitMirrored(t, a, topic, time.Minute)
+	checkLoss(t, a, topic, map[int32]int64{0: 15_000})
+}
+
+// TestAlignRetentionOvertakesRunning: the mirror runs but falls behind
+// (every fetch of the topic fails, a kfake fault: embedded only; the real
+// brokers' counterpart is the paused case of TestAlignRetentionOvertakes)
+// while retention passes its end; once fetches work again it aligns.
+func TestAlignRetentionOvertakesRunning(t *testing.T) {
+	const topic = "behind"
+	p := newPair(t, pairOpts{topic: topic, partitions: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	spec := workload.Spec{Topic: topic, Records: 10_000, Seed: 6, Codecs: workload.AllCodecs, Headers: true}
+	if _, err := workload.Produce(ctx, p.srcOpts(), spec); err != nil {
+		t.Fatal(err)
+	}
+	a := p.startAgent(t, agentOpts{apply: new(p.spec(topic))})
+	p.waitMirrored(t, a, topic, time.Minute)
+
+	// Hold the mirror back: every fetch of the topic fails. Once one
+	// has, nothing more is copied.
+	h := p.src.Kfake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: topic, Err: kerr.NotLeaderForPartition, Count: -1})
+	e := faultEnv{t: t, p: p, a: a, topic: topic}
+	e.waitHits(h, 1)
+	spec.Seed, spec.Records = 7, 20_000
+	if _, err := workload.Produce(ctx, p.srcOpts(), spec); err != nil {
+		t.Fatal(err)
+	}
+	deleteRecords(t, p.srcAdm, topic, map[int32]int64{0: 25_000})
+	if end := ends(t, p.dstAdm, topic)[0]; end != 10_000 {
+		t.Fatalf("destination end %d while fetches fail, want 10000", end)
+	}
+	h.Remove()
+
+	p.waitMirrored(t, a, topic, time.Minute)
+	if s := logStarts(t, p.dstAdm, topic); s[0] != 25_000 {
+		t.Errorf("destination log start %d, want 25000", s[0])
+	}
+	checkLoss(t, a, topic, map[int32]int64{0: 15_000})
+	p.assertIdentical(t, topic, identityOpts{wantRecords: 5_000})
 }

@@ -17,13 +17,11 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/agent/coordinator"
 	"github.com/kmirror/kmirror/agent/coordinator/coordinatortest"
 	"github.com/kmirror/kmirror/agent/partition"
-	"github.com/kmirror/kmirror/agent/readonly"
 	"github.com/kmirror/kmirror/internal/devcluster"
 	"github.com/kmirror/kmirror/internal/verify"
 )
@@ -31,13 +29,17 @@ import (
 // reversed is the pair seen by the failback mirror: D is its source, P its
 // destination.
 func (p *pair) reversed() *pair {
-	return &pair{src: p.dst, dst: p.src, srcCl: p.dstCl, dstCl: p.srcCl, srcAdm: p.dstAdm, dstAdm: p.srcAdm}
+	return &pair{src: p.dst, dst: p.src, srcCl: p.dstCl, dstCl: p.srcCl, srcAdm: p.dstAdm, dstAdm: p.srcAdm,
+		eng: p.eng, topic: p.topic, suffix: p.suffix, stateTopic: p.stateTopic}
 }
 
 // startBackAgent runs a second agent whose destination is p's source (the
 // old primary) and whose mirror mirrorName, without topics yet, reads p's
 // destination. With auth it authenticates as the agent, a super user on
-// both clusters, and fences with ACLs.
+// both clusters, and fences with ACLs. Its state topic has the name of the
+// first agent's (p.stateTopic, this test's own on a shared cluster): the
+// failback reads the last mirrored offsets from the state topic of that
+// name on its source.
 func (p *pair) startBackAgent(t *testing.T, auth bool) *agent {
 	t.Helper()
 	spec := coordinator.MirrorSpec{Name: mirrorName, Source: coordinator.Source{BootstrapServers: p.dst.Bootstrap()}}
@@ -58,6 +60,7 @@ func (p *pair) runBackAgent(t *testing.T, auth bool, spec *coordinator.MirrorSpe
 	cfg := coordinator.Config{
 		Destination:     opts(p.src.Bootstrap()),
 		SourceOpts:      func(s coordinator.Source) []kgo.Opt { return opts(s.BootstrapServers) },
+		StateTopic:      p.stateTopic,
 		RefreshInterval: 200 * time.Millisecond,
 		StopTimeout:     10 * time.Second,
 		PromoteTimeout:  time.Minute,
@@ -102,35 +105,41 @@ func (p *pair) assertSame(t *testing.T, topic string) {
 // mirroring back, and P is writable again once the failback is promoted.
 // A failback while the topic still mirrors into D is refused.
 func TestFailbackClean(t *testing.T) {
+	forEngines(t, testFailbackClean)
+}
+
+func testFailbackClean(t *testing.T, e engine) {
 	const parts = 3
-	p := securedPair(t, lifecycleTopic, parts, true)
-	a := p.securedAgent(t, lifecycleTopic, true)
+	p := securedPairOn(t, e, lifecycleTopic, parts, true)
+	topic := p.topic
+	a := p.securedAgent(t, topic, true)
 	src := failClient(t, append(p.srcAgentOpts(true), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
-	txn := failClient(t, append(p.srcAgentOpts(true), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionalID("app-failback"))...)
+	txn := failClient(t, append(p.srcAgentOpts(true), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionalID(p.name("app-failback")))...)
 	ctx := testCtx(t)
 	for part := range int32(parts) {
-		produceN(t, src, lifecycleTopic, part, 40, "before", false)
+		produceN(t, src, topic, part, 40, "before", false)
 	}
-	beginTxn(t, txn, lifecycleTopic, 0, 5, "committed")
+	beginTxn(t, txn, topic, 0, 5, "committed")
 	endTxn(t, ctx, txn, true)
-	beginTxn(t, txn, lifecycleTopic, 1, 4, "aborted")
+	beginTxn(t, txn, topic, 1, 4, "aborted")
 	endTxn(t, ctx, txn, false)
-	produceN(t, src, lifecycleTopic, 1, 10, "after-txn", false)
-	p.waitMirrored(t, a, lifecycleTopic, failWait)
+	produceN(t, src, topic, 1, 10, "after-txn", false)
+	p.waitMirrored(t, a, topic, failWait)
 
 	b := p.startBackAgent(t, true)
 	back := p.reversed()
-	err := b.co.AddTopicsWith(ctx, mirrorName, coordinator.AddRequest{Topics: []string{lifecycleTopic}, Failback: true})
+	err := b.co.AddTopicsWith(ctx, mirrorName, coordinator.AddRequest{Topics: []string{topic}, Failback: true})
 	if !errors.Is(err, coordinator.ErrFailbackRefused) || !strings.Contains(err.Error(), `is MIRRORING in mirror "dr" on the source cluster: stop the topic there first`) {
 		t.Fatalf("failback while the topic mirrors into its source: %v", err)
 	}
 
-	if err := a.co.StopTopics(ctx, mirrorName, []string{lifecycleTopic}, coordinator.StopPromote); err != nil {
+	if err := a.co.StopTopics(ctx, mirrorName, []string{topic}, coordinator.StopPromote); err != nil {
 		t.Fatal(err)
 	}
-	stopped := waitStates(t, a, lifecycleTopic, parts, partition.Stopped, failWait)
-	assertRefused(t, p.src, lifecycleTopic, parts, "after the promote")
-	oldEnds := ends(t, p.srcAdm, lifecycleTopic)
+	stopped := waitStates(t, a, topic, parts, partition.Stopped, failWait)
+	waitDeny(t, p.srcCl, topic, true)
+	assertRefused(t, p.src, topic, parts, "after the promote")
+	oldEnds := ends(t, p.srcAdm, topic)
 	for part, st := range stopped {
 		if oldEnds[part] != st.LastMirrored+1 {
 			t.Fatalf("partition %d: P ends at %d, last mirrored offset %d: not a clean failback", part, oldEnds[part], st.LastMirrored)
@@ -139,15 +148,15 @@ func TestFailbackClean(t *testing.T) {
 	// D is the primary now.
 	app := appClient(t, p.dst)
 	for part := range int32(parts) {
-		produceN(t, app, lifecycleTopic, part, 30, "on D", false)
+		produceN(t, app, topic, part, 30, "on D", false)
 	}
 
-	if err := b.co.AddTopicsWith(ctx, mirrorName, coordinator.AddRequest{Topics: []string{lifecycleTopic}, Failback: true}); err != nil {
+	if err := b.co.AddTopicsWith(ctx, mirrorName, coordinator.AddRequest{Topics: []string{topic}, Failback: true}); err != nil {
 		t.Fatalf("clean failback: %v", err)
 	}
-	back.waitMirrored(t, b, lifecycleTopic, failWait)
-	back.assertSame(t, lifecycleTopic)
-	ts := b.topicStatus(lifecycleTopic)
+	back.waitMirrored(t, b, topic, failWait)
+	back.assertSame(t, topic)
+	ts := b.topicStatus(topic)
 	fb := ts.Failback
 	if fb == nil || fb.SourceMirror != mirrorName || fb.Recreated || fb.DivergentTopic != "" || fb.DivergentRecords != 0 || len(fb.Partitions) != parts {
 		t.Fatalf("failback in describe: %+v", fb)
@@ -164,26 +173,27 @@ func TestFailbackClean(t *testing.T) {
 	if !ts.ReadOnlyEnforced {
 		t.Errorf("failback topic not read-only: %q", ts.ReadOnlyReason)
 	}
-	assertRefused(t, p.src, lifecycleTopic, parts, "while failing back")
+	assertRefused(t, p.src, topic, parts, "while failing back")
 
 	// New writes on D arrive on P at the same offsets, across a restart
 	// of the failback agent too.
 	b.stop()
 	for part := range int32(parts) {
-		produceN(t, app, lifecycleTopic, part, 20, "more on D", false)
+		produceN(t, app, topic, part, 20, "more on D", false)
 	}
 	b = p.runBackAgent(t, true, nil)
-	back.waitMirrored(t, b, lifecycleTopic, failWait)
-	back.assertSame(t, lifecycleTopic)
+	back.waitMirrored(t, b, topic, failWait)
+	back.assertSame(t, topic)
 
 	// The failback ends like any mirror: promoted, P is writable again,
 	// right after what was mirrored back.
-	if err := b.co.StopTopics(ctx, mirrorName, []string{lifecycleTopic}, coordinator.StopPromote); err != nil {
+	if err := b.co.StopTopics(ctx, mirrorName, []string{topic}, coordinator.StopPromote); err != nil {
 		t.Fatal(err)
 	}
-	final := waitStates(t, b, lifecycleTopic, parts, partition.Stopped, failWait)
-	waitReadOnly(t, b, lifecycleTopic, false)
-	assertWritesAfterMirrored(t, appClient(t, p.src), lifecycleTopic, final, "P is primary again")
+	final := waitStates(t, b, topic, parts, partition.Stopped, failWait)
+	waitReadOnly(t, b, topic, false)
+	waitDeny(t, p.srcCl, topic, false)
+	assertWritesAfterMirrored(t, appClient(t, p.src), topic, final, "P is primary again")
 }
 
 // sideRecord is what the side topic must hold of one divergent record.
@@ -227,46 +237,54 @@ func readVisible(t *testing.T, seeds []string, topic string, part int32, from in
 // the side topic record by record, describe reports it, and P becomes
 // identical to D.
 func TestFailbackDivergent(t *testing.T) {
+	forEngines(t, testFailbackDivergent)
+}
+
+func testFailbackDivergent(t *testing.T, e engine) {
 	const parts = 2
-	p := newPair(t, pairOpts{topic: lifecycleTopic, partitions: parts})
+	p := newPairOn(t, e, pairOpts{topic: lifecycleTopic, partitions: parts})
+	topic := p.topic
 	a := lifecycleAgent(t, p, true)
 	src := p.producer(t)
 	for part := range int32(parts) {
-		produceN(t, src, lifecycleTopic, part, 30, "before", false)
+		produceN(t, src, topic, part, 30, "before", false)
 	}
-	p.waitMirrored(t, a, lifecycleTopic, failWait)
+	p.waitMirrored(t, a, topic, failWait)
 	ctx := testCtx(t)
-	if err := a.co.StopTopics(ctx, mirrorName, []string{lifecycleTopic}, coordinator.StopFailover); err != nil {
+	if err := a.co.StopTopics(ctx, mirrorName, []string{topic}, coordinator.StopFailover); err != nil {
 		t.Fatal(err)
 	}
-	stopped := waitStates(t, a, lifecycleTopic, parts, partition.Stopped, failWait)
+	stopped := waitStates(t, a, topic, parts, partition.Stopped, failWait)
 	lmo0 := stopped[0].LastMirrored
 
 	// P was not fenced: partition 0 takes records after the failover.
 	tail := make([]*kgo.Record, 7)
 	for i := range tail {
-		tail[i] = &kgo.Record{Topic: lifecycleTopic, Partition: 0, Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "late %d", i),
+		tail[i] = &kgo.Record{Topic: topic, Partition: 0, Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "late %d", i),
 			Headers: []kgo.RecordHeader{{Key: "origin", Value: []byte("P")}}, Timestamp: time.UnixMilli(1_700_000_000_000 + int64(i))}
 	}
 	if err := src.ProduceSync(ctx, tail...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	txn := p.txnProducer(t, "late-txn")
-	beginTxn(t, txn, lifecycleTopic, 0, 3, "late committed")
+	txn := p.txnProducer(t, p.name("late-txn"))
+	beginTxn(t, txn, topic, 0, 3, "late committed")
 	endTxn(t, ctx, txn, true)
-	beginTxn(t, txn, lifecycleTopic, 0, 2, "late aborted")
+	beginTxn(t, txn, topic, 0, 2, "late aborted")
 	endTxn(t, ctx, txn, false)
-	pEnds := ends(t, p.srcAdm, lifecycleTopic)
-	want := readVisible(t, p.src.Bootstrap(), lifecycleTopic, 0, lmo0+1, 10)
+	// On Kafka EndTxn returns before the coordinator has written the
+	// marker: P's end is the one after it.
+	waitMarkersWritten(t, p.srcAdm, topic)
+	pEnds := ends(t, p.srcAdm, topic)
+	want := readVisible(t, p.src.Bootstrap(), topic, 0, lmo0+1, 10)
 
 	// D is the primary.
 	dst := p.dstProducer(t)
 	for part := range int32(parts) {
-		produceN(t, dst, lifecycleTopic, part, 25, "on D", false)
+		produceN(t, dst, topic, part, 25, "on D", false)
 	}
 
 	b := p.startBackAgent(t, false)
-	err := b.co.AddTopicsWith(ctx, mirrorName, coordinator.AddRequest{Topics: []string{lifecycleTopic}, Failback: true})
+	err := b.co.AddTopicsWith(ctx, mirrorName, coordinator.AddRequest{Topics: []string{topic}, Failback: true})
 	wantMsg := fmt.Sprintf("partition 0 ends at %d, its last mirrored offset is %d (%d offsets written after it)", pEnds[0], lmo0, pEnds[0]-lmo0-1)
 	if !errors.Is(err, coordinator.ErrFailbackRefused) || !strings.Contains(err.Error(), wantMsg) || !strings.Contains(err.Error(), "recreate") ||
 		strings.Contains(err.Error(), "partition 1 ") {
@@ -275,22 +293,22 @@ func TestFailbackDivergent(t *testing.T) {
 	if m, _ := b.status(); len(m.Topics) != 0 {
 		t.Fatalf("the refused failback added topics: %+v", m.Topics)
 	}
-	if now := ends(t, p.srcAdm, lifecycleTopic); fmt.Sprint(now) != fmt.Sprint(pEnds) {
+	if now := ends(t, p.srcAdm, topic); fmt.Sprint(now) != fmt.Sprint(pEnds) {
 		t.Fatalf("the refused failback changed P: ends %v, before %v", now, pEnds)
 	}
-	if err := b.co.AddTopicsWith(ctx, mirrorName, coordinator.AddRequest{Topics: []string{lifecycleTopic}, Recreate: true}); err == nil || !strings.Contains(err.Error(), "recreate: applies to a failback") {
+	if err := b.co.AddTopicsWith(ctx, mirrorName, coordinator.AddRequest{Topics: []string{topic}, Recreate: true}); err == nil || !strings.Contains(err.Error(), "recreate: applies to a failback") {
 		t.Fatalf("recreate without failback: %v", err)
 	}
 
-	if err := b.co.AddTopicsWith(ctx, mirrorName, coordinator.AddRequest{Topics: []string{lifecycleTopic}, Failback: true, Recreate: true}); err != nil {
+	if err := b.co.AddTopicsWith(ctx, mirrorName, coordinator.AddRequest{Topics: []string{topic}, Failback: true, Recreate: true}); err != nil {
 		t.Fatalf("failback with recreate: %v", err)
 	}
 	back := p.reversed()
-	back.waitMirrored(t, b, lifecycleTopic, failWait)
-	back.assertSame(t, lifecycleTopic)
+	back.waitMirrored(t, b, topic, failWait)
+	back.assertSame(t, topic)
 
-	fb := b.topicStatus(lifecycleTopic).Failback
-	if fb == nil || !fb.Recreated || !strings.HasPrefix(fb.DivergentTopic, lifecycleTopic+".kmirror-divergent-") || fb.DivergentRecords != int64(len(want)) {
+	fb := b.topicStatus(topic).Failback
+	if fb == nil || !fb.Recreated || !strings.HasPrefix(fb.DivergentTopic, topic+".kmirror-divergent-") || fb.DivergentRecords != int64(len(want)) {
 		t.Fatalf("failback in describe: %+v; want recreated, %d records in the side topic", fb, len(want))
 	}
 	for _, fp := range fb.Partitions {
@@ -314,38 +332,81 @@ func TestFailbackDivergent(t *testing.T) {
 	}
 }
 
+// waitMarkersWritten waits until no transaction is open on any partition of
+// topic (the last stable offset is the high watermark): the markers of the
+// transactions ended so far are in the log. EndTxn returns once the
+// coordinator has decided; Kafka writes the markers after that.
+func waitMarkersWritten(t *testing.T, adm *kadm.Client, topic string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), failWait)
+	defer cancel()
+	for {
+		hw, err := adm.ListEndOffsets(ctx, topic)
+		if err == nil {
+			err = hw.Error()
+		}
+		var lso kadm.ListedOffsets
+		if err == nil {
+			lso, err = adm.ListCommittedOffsets(ctx, topic)
+		}
+		if err == nil {
+			err = lso.Error()
+		}
+		if err == nil {
+			open := false
+			hw.Each(func(o kadm.ListedOffset) {
+				if l, _ := lso.Lookup(topic, o.Partition); l.Offset != o.Offset {
+					open = true
+				}
+			})
+			if !open {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: a transaction still open (last stable offsets %v, high watermarks %v): %v", topic, lso, hw, err)
+		case <-time.After(pollEvery):
+		}
+	}
+}
+
 // TestFailbackDiffersBeforeLMO: P ends exactly at the last mirrored offset,
 // but its records are not the ones mirrored (the topic was recreated there
 // and refilled). Resuming would take them for D's: the failback compares
 // the records below the resume point with D's and refuses, naming the first
 // differing offset; with recreate they all go to the side topic.
 func TestFailbackDiffersBeforeLMO(t *testing.T) {
-	p := newPair(t, pairOpts{topic: lifecycleTopic, partitions: 1})
+	forEngines(t, testFailbackDiffersBeforeLMO)
+}
+
+func testFailbackDiffersBeforeLMO(t *testing.T, e engine) {
+	p := newPairOn(t, e, pairOpts{topic: lifecycleTopic, partitions: 1})
+	topic := p.topic
 	a := lifecycleAgent(t, p, true)
-	produceN(t, p.producer(t), lifecycleTopic, 0, 20, "before", false)
-	p.waitMirrored(t, a, lifecycleTopic, failWait)
+	produceN(t, p.producer(t), topic, 0, 20, "before", false)
+	p.waitMirrored(t, a, topic, failWait)
 	ctx := testCtx(t)
-	if err := a.co.StopTopics(ctx, mirrorName, []string{lifecycleTopic}, coordinator.StopFailover); err != nil {
+	if err := a.co.StopTopics(ctx, mirrorName, []string{topic}, coordinator.StopFailover); err != nil {
 		t.Fatal(err)
 	}
-	lmo := waitStates(t, a, lifecycleTopic, 1, partition.Stopped, failWait)[0].LastMirrored
-	deleteTopic(t, p.srcAdm, lifecycleTopic)
-	createTopic(t, p.srcAdm, lifecycleTopic, 1, nil)
-	produceN(t, p.producer(t), lifecycleTopic, 0, int(lmo+1), "imposter", false)
+	lmo := waitStates(t, a, topic, 1, partition.Stopped, failWait)[0].LastMirrored
+	p.replaceTopic(t, p.srcAdm, topic, 1)
+	produceN(t, p.producer(t), topic, 0, int(lmo+1), "imposter", false)
 
 	b := p.startBackAgent(t, false)
-	err := b.co.AddTopicsWith(ctx, mirrorName, coordinator.AddRequest{Topics: []string{lifecycleTopic}, Failback: true})
+	err := b.co.AddTopicsWith(ctx, mirrorName, coordinator.AddRequest{Topics: []string{topic}, Failback: true})
 	wantMsg := fmt.Sprintf("partition 0 ends at %d, at or before its last mirrored offset %d, but its records differ from the source's from offset 0", lmo+1, lmo)
 	if !errors.Is(err, coordinator.ErrFailbackRefused) || !strings.Contains(err.Error(), wantMsg) {
 		t.Fatalf("failback into a topic with other records: %v; want a refusal saying %q", err, wantMsg)
 	}
-	if err := b.co.AddTopicsWith(ctx, mirrorName, coordinator.AddRequest{Topics: []string{lifecycleTopic}, Failback: true, Recreate: true}); err != nil {
+	if err := b.co.AddTopicsWith(ctx, mirrorName, coordinator.AddRequest{Topics: []string{topic}, Failback: true, Recreate: true}); err != nil {
 		t.Fatal(err)
 	}
 	back := p.reversed()
-	back.waitMirrored(t, b, lifecycleTopic, failWait)
-	back.assertSame(t, lifecycleTopic)
-	fb := b.topicStatus(lifecycleTopic).Failback
+	back.waitMirrored(t, b, topic, failWait)
+	back.assertSame(t, topic)
+	fb := b.topicStatus(topic).Failback
 	if fb == nil || !fb.Recreated || fb.DivergentRecords != lmo+1 {
 		t.Fatalf("failback in describe: %+v; want recreated with %d records in the side topic", fb, lmo+1)
 	}
@@ -360,19 +421,21 @@ func TestFailbackDiffersBeforeLMO(t *testing.T) {
 // TestFailbackRemovesFence: the failback agent is not a super user of the
 // old primary P (it has ALLOW ALL there, which the promote's DENY WRITE
 // overrides). The failback removes the fence, mirrors back at identical
-// offsets, and describe says the topic is not read-only and why.
+// offsets, and describe says the topic is not read-only and why. P needs a
+// user the shared clusters lack, with rights over the whole cluster: on
+// Kafka it is a secured cluster of this test's own (D is the shared
+// secured destination).
 func TestFailbackRemovesFence(t *testing.T) {
+	forEngines(t, testFailbackRemovesFence)
+}
+
+func testFailbackRemovesFence(t *testing.T, e engine) {
 	const parts = 2
 	const backUser, backPass = "back", "back-pass"
-	p := &pair{
-		src: devcluster.StartT(t, append(securedOpts("src"), devcluster.SASLUser(backUser, backPass),
-			devcluster.KfakeOptions(kfake.SeedTopics(parts, lifecycleTopic)))...),
-		dst: devcluster.StartT(t, securedOpts("dst")...),
-	}
-	p.srcCl = failClient(t, p.srcAgentOpts(true)...)
-	p.dstCl = failClient(t, kgo.SeedBrokers(p.dst.Bootstrap()...), saslPlain(agentUser, agentPass), kgo.MetadataMinAge(100*time.Millisecond))
-	p.srcAdm, p.dstAdm = kadm.NewClient(p.srcCl), kadm.NewClient(p.dstCl)
-	allowApp(t, p.dstAdm, lifecycleTopic)
+	p := newPairWithSource(t, e, startOwnSource(t, e, append(securedOpts("src"), devcluster.SASLUser(backUser, backPass))...),
+		pairOpts{secured: true, topic: lifecycleTopic, partitions: parts})
+	topic := p.topic
+	allowApp(t, p.dstAdm, topic)
 	ctx := testCtx(t)
 	// back may do anything on P, but is no super user.
 	allowAll := kadm.NewACLs().Allow("User:" + backUser).AllowHosts("*").Operations(kadm.OpAll).
@@ -387,20 +450,21 @@ func TestFailbackRemovesFence(t *testing.T) {
 		}
 	}
 
-	a := p.securedAgent(t, lifecycleTopic, true)
+	a := p.securedAgent(t, topic, true)
 	src := failClient(t, append(p.srcAgentOpts(true), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
 	for part := range int32(parts) {
-		produceN(t, src, lifecycleTopic, part, 25, "before", false)
+		produceN(t, src, topic, part, 25, "before", false)
 	}
-	p.waitMirrored(t, a, lifecycleTopic, failWait)
-	if err := a.co.StopTopics(ctx, mirrorName, []string{lifecycleTopic}, coordinator.StopPromote); err != nil {
+	p.waitMirrored(t, a, topic, failWait)
+	if err := a.co.StopTopics(ctx, mirrorName, []string{topic}, coordinator.StopPromote); err != nil {
 		t.Fatal(err)
 	}
-	waitStates(t, a, lifecycleTopic, parts, partition.Stopped, failWait)
-	assertRefused(t, p.src, lifecycleTopic, parts, "after the promote")
+	waitStates(t, a, topic, parts, partition.Stopped, failWait)
+	waitDeny(t, p.srcCl, topic, true)
+	assertRefused(t, p.src, topic, parts, "after the promote")
 	app := appClient(t, p.dst)
 	for part := range int32(parts) {
-		produceN(t, app, lifecycleTopic, part, 15, "on D", false)
+		produceN(t, app, topic, part, 15, "on D", false)
 	}
 
 	cfg := coordinator.Config{
@@ -408,29 +472,25 @@ func TestFailbackRemovesFence(t *testing.T) {
 		SourceOpts: func(s coordinator.Source) []kgo.Opt {
 			return []kgo.Opt{kgo.SeedBrokers(s.BootstrapServers...), saslPlain(agentUser, agentPass)}
 		},
+		// The failback reads the first agent's state topic, of this name,
+		// on D.
+		StateTopic:      p.stateTopic,
 		RefreshInterval: 200 * time.Millisecond,
 		Logger:          testLogger(t, "back"),
 	}
 	run := coordinatortest.Start(t, cfg, coordinator.MirrorSpec{Name: mirrorName, Source: coordinator.Source{BootstrapServers: p.dst.Bootstrap()}})
 	b := &agent{co: run.Coordinator, run: run}
-	if err := b.co.AddTopicsWith(ctx, mirrorName, coordinator.AddRequest{Topics: []string{lifecycleTopic}, Failback: true}); err != nil {
+	if err := b.co.AddTopicsWith(ctx, mirrorName, coordinator.AddRequest{Topics: []string{topic}, Failback: true}); err != nil {
 		t.Fatalf("failback by an agent that is not a super user of P: %v", err)
 	}
 	back := p.reversed()
-	back.waitMirrored(t, b, lifecycleTopic, failWait)
-	back.assertSame(t, lifecycleTopic)
-	ts := b.topicStatus(lifecycleTopic)
+	back.waitMirrored(t, b, topic, failWait)
+	back.assertSame(t, topic)
+	ts := b.topicStatus(topic)
 	if ts.ReadOnlyEnforced || !strings.Contains(ts.ReadOnlyReason, "super user") {
 		t.Errorf("read-only %v (%q); want false, saying the agent is not a super user", ts.ReadOnlyEnforced, ts.ReadOnlyReason)
 	}
-	acls, err := p.srcAdm.DescribeACLs(ctx, kadm.NewACLs().Topics(lifecycleTopic).ResourcePatternType(kadm.ACLPatternLiteral).
-		Deny(readonly.Principal).DenyHosts("*").Operations(kadm.OpWrite))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range acls {
-		if r.Err != nil || len(r.Described) != 0 {
-			t.Errorf("the promote's DENY WRITE on P is still there: %+v", r)
-		}
-	}
+	// The promote's DENY WRITE on P is gone (back's writes went through
+	// it already, so the broker has applied the delete).
+	waitDeny(t, p.srcCl, topic, false)
 }

@@ -376,10 +376,14 @@ func (p *pair) assertIdentical(t *testing.T, topic string, o identityOpts) map[i
 		t.Fatalf("verify %s found mismatches:\n%s", topic, buf.String())
 	}
 	uncommitted := map[int32]verify.PartitionReport{}
+	visible := map[verify.Isolation]map[int32]int64{verify.ReadUncommitted: {}, verify.ReadCommitted: {}}
 	levels := map[verify.Isolation]int{}
 	var total int64
 	for _, pr := range rep.Partitions {
 		levels[pr.Isolation]++
+		if visible[pr.Isolation] != nil {
+			visible[pr.Isolation][pr.Partition] = pr.SourceVisible
+		}
 		if pr.Compared != pr.SourceVisible || pr.Compared != pr.DestinationVisible {
 			t.Errorf("verify %s p%d %s: compared %d, source visible %d, destination visible %d", topic, pr.Partition, pr.Isolation,
 				pr.Compared, pr.SourceVisible, pr.DestinationVisible)
@@ -423,7 +427,7 @@ func (p *pair) assertIdentical(t *testing.T, topic string, o identityOpts) map[i
 			if srcErr != nil || dstErr != nil {
 				t.Fatalf("kcat %s p%d %s: source: %v; destination: %v", topic, part, iso, srcErr, dstErr)
 			}
-			if want := uncommitted[part].SourceVisible; int64(len(srcRecs)) != want {
+			if want := visible[verify.Isolation(iso)][part]; int64(len(srcRecs)) != want {
 				t.Fatalf("kcat %s p%d %s read %d source records, franz-go %d", topic, part, iso, len(srcRecs), want)
 			}
 			if len(dstRecs) != len(srcRecs) {

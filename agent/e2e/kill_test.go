@@ -21,7 +21,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kmirror/kmirror/agent/fetcher"
+	"github.com/kmirror/kmirror/internal/clientop"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/kcat"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 	"github.com/kmirror/kmirror/internal/verify"
 	"github.com/kmirror/kmirror/internal/workload"
@@ -535,4 +537,247 @@ func logBatches(ctx context.Context, t testing.TB, c *devcluster.Cluster, topic 
 			h.BaseOffset, h.LastOffset(), h.ProducerID, h.ProducerEpoch, h.BaseSequence, h.NumRecords, h.IsTransactional(), h.IsControl()))
 	}
 	t.Logf("destination %s/%d, last %d of %d batches:\n%s", topic, partition, len(lines), len(hs), strings.Join(lines, "\n"))
+}
+
+// TestKillRestartKafka is TestKillRestart on real Apache Kafka brokers,
+// where no hook can hold a request: the agent process is SIGKILLed at
+// random moments while two transactional sources with aborts are mirrored,
+// a franz-go producer and the Java client of the engine's Kafka release
+// (transaction.version 2 on 4.x: an epoch bump at every transaction end),
+// half of the kills as soon as the destination shows a transaction of the
+// agent open (an aborted source transaction being copied), and a new agent
+// process is started on the same config and state topic each time. At the
+// end the destination must be offset-identical at both isolation levels,
+// its consumers must see exactly what the producers committed and aborted,
+// and no destination transaction of the agent may be left open.
+//
+// KMIRROR_KILL_SEED=N replays a run's kill delays.
+func TestKillRestartKafka(t *testing.T) {
+	for _, e := range testEngines() {
+		if e.kind == devcluster.Kafka {
+			t.Run(e.name, func(t *testing.T) { testKillRestartKafka(t, e) })
+		}
+	}
+}
+
+func testKillRestartKafka(t *testing.T, e engine) {
+	seed := time.Now().UnixNano()
+	if s := os.Getenv("KMIRROR_KILL_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseInt(s, 10, 64); err != nil {
+			t.Fatalf("KMIRROR_KILL_SEED=%q: %v", s, err)
+		}
+	}
+	t.Logf("seed %d (rerun with KMIRROR_KILL_SEED=%d)", seed, seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 1))
+	begin := time.Now()
+	elapsed := func() string { return time.Since(begin).Round(100 * time.Millisecond).String() }
+
+	const kills, partitions = 6, 3
+	p := newPairOn(t, e, pairOpts{srcBrokers: 3, topic: "payments", partitions: partitions})
+	java := txnClients(e)[0]
+	javaTopic := p.name("payments-" + java.name)
+	p.createTopic(t, p.srcAdm, javaTopic, partitions, nil)
+	topics := []string{p.topic, javaTopic}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	stopProducing := runProducers(ctx, t, p.src, []workload.Spec{{
+		Topic: p.topic, Partitions: partitions, Seed: seed,
+		Codecs:  []string{workload.CodecZstd, workload.CodecNone, workload.CodecLz4, workload.CodecSnappy, workload.CodecGzip},
+		Headers: true, ExplicitTimestamps: true,
+		TransactionalID: p.name("payments"), AbortEvery: 3,
+	}}, 600, 100)
+	// The Java client runs again and again with the same transactional
+	// id until the kills are over.
+	jt := &clientTxns{op: clientop.ProduceTxn{
+		Conn:  clientop.Conn{Bootstrap: p.src.BootstrapString()},
+		Topic: javaTopic, TransactionalID: p.name(java.name),
+		Transactions: 24, RecordsPerTxn: 6, AbortEvery: 3, Compression: workload.CodecZstd,
+	}}
+	javaStop, javaDone := make(chan struct{}), make(chan error, 1)
+	go func() {
+		for {
+			if err := jt.produce(ctx, java); err != nil {
+				javaDone <- err
+				return
+			}
+			select {
+			case <-javaStop:
+				javaDone <- nil
+				return
+			default:
+			}
+		}
+	}()
+	stopJava := func() {
+		t.Helper()
+		close(javaStop)
+		if err := <-javaDone; err != nil {
+			t.Fatalf("%s: %v", java.name, err)
+		}
+	}
+
+	ids := agentTxnIDs(topics, partitions)
+	setup := writeAgentConfigWith(t, p.dst, fmt.Sprintf("lease_duration = \"0s\"\nstate_topic = %q\n", p.stateTopic),
+		agentMirror{Name: mirrorName, Source: p.src, Topics: topics})
+	a := startAgentProcess(t, setup, "agent-00")
+	var leftOpen, waitedOpen int
+	// Kills go on (up to twice as many) until one has left a destination
+	// transaction open, the case this test is for.
+	var i int
+	for i = 1; i <= kills || (leftOpen == 0 && i <= 2*kills); i++ {
+		delay := 200*time.Millisecond + time.Duration(rng.Int64N(int64(1800*time.Millisecond)))
+		select {
+		case <-ctx.Done():
+			t.Fatalf("kill %d: %v", i, ctx.Err())
+		case <-a.exited:
+			t.Fatalf("%s exited on its own: %v", a.name, a.waitErr)
+		case <-time.After(delay): // the deliberate random kill moment
+		}
+		// Every other kill waits (a little) for a destination
+		// transaction of the agent to be open.
+		inTxn := i%2 == 0 && waitOpenTxn(ctx, p.dstAdm, ids, 3*time.Second)
+		if inTxn {
+			waitedOpen++
+		}
+		dctx, dcancel := context.WithTimeout(ctx, time.Second)
+		ms, derr := a.Describe(dctx)
+		dcancel()
+		a.Kill()
+		a.TailLines = 12
+		open, err := openTxns(ctx, p.dstAdm, ids)
+		if err != nil {
+			t.Fatalf("kill %d: %v", i, err)
+		}
+		if len(open) > 0 {
+			leftOpen++
+		}
+		var mirrored int64
+		for _, ps := range describedPartitions(ms) {
+			mirrored += ps.Records
+			if ps.State == mirrorapi.StateFailed {
+				logBatches(ctx, t, p.dst, ps.Topic, ps.Partition)
+				t.Fatalf("before kill %d: %s/%d FAILED: %s", i, ps.Topic, ps.Partition, ps.Reason)
+			}
+		}
+		t.Logf("%s: kill %d after %dms (waited for an open transaction: %v; describe error: %v): records mirrored by this process %d, destination transactions of the agent left open %v",
+			elapsed(), i, delay.Milliseconds(), inTxn, derr, mirrored, open)
+		a = startAgentProcess(t, setup, fmt.Sprintf("agent-%02d", i))
+	}
+	stats := stopProducing()
+	stopJava()
+	t.Logf("%s: %d kills, %d of them right after seeing a destination transaction open, %d leaving one open", elapsed(), i-1, waitedOpen, leftOpen)
+	if leftOpen == 0 {
+		t.Fatalf("none of %d kills left a destination transaction of the agent open: the test did not kill the agent inside a transaction", i-1)
+	}
+
+	for _, topic := range topics {
+		waitCaughtUp(ctx, t, p.srcCl, p.dstCl, topic, a, time.Minute)
+	}
+	st := stats[0]
+	t.Logf("%s: caught up; %s: %d records produced (%d aborted); %s: %+v over %d runs", elapsed(), p.topic, st.Records, st.Aborted, javaTopic, jt.sum, jt.runs)
+	p.assertIdentical(t, p.topic, identityOpts{kcatIsolations: []string{kcat.ReadUncommitted, kcat.ReadCommitted}, wantRecords: st.Records})
+	p.assertIdentical(t, javaTopic, identityOpts{kcatIsolations: []string{kcat.ReadUncommitted, kcat.ReadCommitted},
+		wantRecords: int64(jt.sum.CommittedRecords + jt.sum.AbortedRecords)})
+	if got := kcatCounts(ctx, t, p.dst.BootstrapString(), p.topic, partitions); got[kcat.ReadUncommitted] != st.Records || got[kcat.ReadCommitted] != st.Records-st.Aborted {
+		t.Fatalf("%s: destination consumers see %d records read_uncommitted and %d read_committed; the producer acknowledged %d, %d of them aborted",
+			p.topic, got[kcat.ReadUncommitted], got[kcat.ReadCommitted], st.Records, st.Aborted)
+	}
+	jt.check(ctx, t, p.dst.BootstrapString(), partitions)
+	assertNoOpenTxns(t, p.dstAdm, ids)
+	a.Stop()
+}
+
+// agentTxnIDs are the destination transactional ids of the agent for the
+// partitions of topics (partition.go names them).
+func agentTxnIDs(topics []string, partitions int32) []string {
+	var ids []string
+	for _, topic := range topics {
+		for part := range partitions {
+			for _, kind := range []string{"abort", "fill"} {
+				ids = append(ids, fmt.Sprintf("kmirror.%s.%s.%d.%s", mirrorName, topic, part, kind))
+			}
+		}
+	}
+	return ids
+}
+
+// openTxns returns those of ids whose transaction the destination lists as
+// Ongoing (ListTransactions: the destination may be shared with other
+// tests, whose ids are left out).
+func openTxns(ctx context.Context, adm *kadm.Client, ids []string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	listed, err := adm.ListTransactions(ctx, nil, []string{"Ongoing"})
+	if err != nil {
+		return nil, fmt.Errorf("listing destination transactions: %v", err)
+	}
+	var open []string
+	for _, l := range listed.Sorted() {
+		if slices.Contains(ids, l.TxnID) && l.State == "Ongoing" {
+			open = append(open, l.TxnID)
+		}
+	}
+	return open, nil
+}
+
+// waitOpenTxn polls until the destination has a transaction of ids open,
+// and says whether it saw one within timeout.
+func waitOpenTxn(ctx context.Context, adm *kadm.Client, ids []string, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		if open, err := openTxns(ctx, adm, ids); err == nil && len(open) > 0 {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// assertNoOpenTxns checks that no transaction of ids is open on the
+// destination, by ListTransactions and DescribeTransactions: once the
+// source is decided and mirrored, every destination transaction of an
+// aborted source transaction must have been aborted at its marker and every
+// filler settled, whatever the kills interrupted. An open one would hold
+// the destination's last stable offset until its timeout aborts it at a
+// later offset. assertNoOpenAgentTxns is this for a destination of the
+// test's own.
+func assertNoOpenTxns(t *testing.T, adm *kadm.Client, ids []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	open, err := openTxns(ctx, adm, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(open) > 0 {
+		t.Errorf("ListTransactions: %v Ongoing", open)
+	}
+	described, err := adm.DescribeTransactions(ctx, ids...)
+	if err != nil {
+		t.Fatalf("describing destination transactions %v: %v", ids, err)
+	}
+	states := map[string]int{}
+	for _, d := range described.Sorted() {
+		if d.Err != nil {
+			states[d.Err.Error()]++
+			continue
+		}
+		states[d.State]++
+		if d.State == "Ongoing" || strings.HasPrefix(d.State, "Prepare") {
+			t.Errorf("DescribeTransactions: %s is %s with partitions %v", d.TxnID, d.State, d.Topics)
+		}
+	}
+	if states["CompleteAbort"]+states["CompleteCommit"]+states["Empty"] == 0 {
+		t.Errorf("DescribeTransactions found no settled transaction of the agent among %v (states %v): the check would prove nothing", ids, states)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	t.Logf("destination transactional ids of the agent: %d, states %v: none open", len(ids), states)
 }
