@@ -35,22 +35,45 @@ import (
 // and, for some causes, FAILED survives an agent restart with its reason.
 // A source transaction left hanging is reported, not FAILED: that case
 // checks the reason comes and goes while the partition stays MIRRORING.
+//
+// The causes real brokers can be driven to by clients (a foreign write, a
+// topic deleted and created again, keyless records under a compacted
+// policy, an open transaction) run on every engine; those that need kfake's
+// fault hooks are TestFailureHooks.
 func TestFailures(t *testing.T) {
+	cases := []struct {
+		name string
+		run  func(t *testing.T, e engine)
+	}{
+		{"foreign write", failForeignWrite},
+		{"destination log end went back", failDestinationTruncated},
+		{"destination topic recreated", failDestinationRecreated},
+		{"source topic recreated", failSourceRecreated},
+		{"keyless records on a compacted destination", failKeyless},
+		{"hanging source transaction reported", reportHanging},
+	}
+	forEngines(t, func(t *testing.T, e engine) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) { tc.run(t, e) })
+		}
+	})
+}
+
+// TestFailureHooks is TestFailures for the causes that kfake's fault hooks
+// imitate (embedded engine only): duplicate markers (devcluster
+// DuplicateMarkers; TestBrokerFaults shows Kafka writing one at a
+// destination leader change), a destination transaction aborted by its
+// timeout, and a source truncated below the mirrored end.
+func TestFailureHooks(t *testing.T) {
 	cases := []struct {
 		name string
 		run  func(t *testing.T)
 	}{
-		{"foreign write", failForeignWrite},
 		{"duplicate marker before a visible record", failDuplicateMarker},
 		{"duplicate marker absorbed by a compaction hole", absorbDuplicateMarker},
 		{"duplicate marker absorbed by the next marker", absorbDuplicateBeforeMarker},
 		{"destination transaction aborted by its timeout", failTimeoutAbort},
-		{"destination log end went back", failDestinationTruncated},
-		{"destination topic recreated", failDestinationRecreated},
-		{"source topic recreated", failSourceRecreated},
 		{"source truncated below the mirrored end", failSourceTruncated},
-		{"keyless records on a compacted destination", failKeyless},
-		{"hanging source transaction reported", reportHanging},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, tc.run)
@@ -60,9 +83,9 @@ func TestFailures(t *testing.T) {
 // failForeignWrite: a client writes to destination partition 0 of a mirror
 // topic; the agent's next write there lands one offset late. The failure is
 // persisted and survives a restart, while partitions 1 and 2 go on.
-func failForeignWrite(t *testing.T) {
-	const topic = "orders"
-	p := newPair(t, pairOpts{topic: topic, partitions: 3})
+func failForeignWrite(t *testing.T, e engine) {
+	p := newPairOn(t, e, pairOpts{topic: "orders", partitions: 3})
+	topic := p.topic
 	src := p.producer(t)
 	for part := range int32(3) {
 		produceN(t, src, topic, part, 20, "before", true)
@@ -261,10 +284,10 @@ func failTimeoutAbort(t *testing.T) {
 // destination end is below the end it had reached. The coordinator's
 // metadata refresh, which would notice the new topic id, is kept out of the
 // way (see failDestinationRecreated). Another topic goes on.
-func failDestinationTruncated(t *testing.T) {
-	const topic, other = "trunc", "kept"
-	p := newPair(t, pairOpts{topic: topic, partitions: 1})
-	createTopic(t, p.srcAdm, other, 2, nil)
+func failDestinationTruncated(t *testing.T, e engine) {
+	p := newPairOn(t, e, pairOpts{topic: "trunc", partitions: 1})
+	topic, other := p.topic, p.name("kept")
+	p.createTopic(t, p.srcAdm, other, 2, nil)
 	src := p.producer(t)
 	produceN(t, src, topic, 0, 20, "before", true)
 	produceN(t, src, other, 0, 10, "before", true)
@@ -278,7 +301,7 @@ func failDestinationTruncated(t *testing.T) {
 	// from a resync, which fails too until the topic is back.
 	produceN(t, src, topic, 0, 5, "after", true)
 	waitStatus(t, a, topic, 0, "a retry after the deletion", func(s partition.Status) bool { return s.Retries > retries })
-	createTopic(t, p.dstAdm, topic, 1, nil)
+	p.createTopic(t, p.dstAdm, topic, 1, nil)
 
 	st := waitFailed(t, a, topic, 0, `^the destination log end went back from 20 to 0: records were lost on the destination`)
 	t.Logf("p0 FAILED: %s", st.Reason)
@@ -295,10 +318,10 @@ func failDestinationTruncated(t *testing.T) {
 // destination topic, seen by the coordinator's metadata refresh: the topic
 // id is not the one mirrored into, and every partition of the topic goes
 // FAILED. Another topic goes on.
-func failDestinationRecreated(t *testing.T) {
-	const topic, other = "recreated", "kept"
-	p := newPair(t, pairOpts{topic: topic, partitions: 2})
-	createTopic(t, p.srcAdm, other, 1, nil)
+func failDestinationRecreated(t *testing.T, e engine) {
+	p := newPairOn(t, e, pairOpts{topic: "recreated", partitions: 2})
+	topic, other := p.topic, p.name("kept")
+	p.createTopic(t, p.srcAdm, other, 1, nil)
 	src := p.producer(t)
 	produceN(t, src, topic, 0, 10, "before", true)
 	produceN(t, src, other, 0, 10, "before", true)
@@ -306,11 +329,8 @@ func failDestinationRecreated(t *testing.T) {
 	p.waitMirrored(t, a, topic, 30*time.Second)
 	p.waitMirrored(t, a, other, 30*time.Second)
 
-	deleteTopic(t, p.dstAdm, topic)
 	// The agent's refresh may create it first, which recreates it too.
-	if resp, err := p.dstAdm.CreateTopic(context.Background(), 2, -1, nil, topic); err != nil || resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
-		t.Fatalf("creating %s again: %v %v", topic, err, resp.Err)
-	}
+	recreateTopic(t, p.dstAdm, topic, 2)
 	for part := range int32(2) {
 		st := waitFailed(t, a, topic, part, fmt.Sprintf(`^destination topic %q was recreated \(topic id `, topic))
 		t.Logf("p%d FAILED: %s", part, st.Reason)
@@ -324,10 +344,11 @@ func failDestinationRecreated(t *testing.T) {
 // partition of 10 records) with an agent refreshing metadata every 300ms,
 // and returns once both are mirrored; src is the source producer and opts
 // the agent's.
-func mirrorTwoTopics(t *testing.T, topic, other string) (p *pair, src *kgo.Client, a *agent, opts agentOpts) {
+func mirrorTwoTopics(t *testing.T, e engine, topic, other string) (p *pair, src *kgo.Client, a *agent, opts agentOpts) {
 	t.Helper()
-	p = newPair(t, pairOpts{topic: topic, partitions: 2})
-	createTopic(t, p.srcAdm, other, 1, nil)
+	p = newPairOn(t, e, pairOpts{topic: topic, partitions: 2})
+	topic, other = p.topic, p.name(other)
+	p.createTopic(t, p.srcAdm, other, 1, nil)
 	src = p.producer(t)
 	for part := range int32(2) {
 		produceN(t, src, topic, part, 10, "before", true)
@@ -346,8 +367,7 @@ func mirrorTwoTopics(t *testing.T, topic, other string) (p *pair, src *kgo.Clien
 // partition is FAILED saying its source topic was recreated.
 func recreateSourceTopic(t *testing.T, p *pair, a *agent, topic string) (*kgo.Client, map[int32]partition.Status) {
 	t.Helper()
-	deleteTopic(t, p.srcAdm, topic)
-	createTopic(t, p.srcAdm, topic, 2, nil)
+	recreateTopic(t, p.srcAdm, topic, 2)
 	src := p.producer(t)
 	produceN(t, src, topic, 0, 3, "new", true)
 	failed := map[int32]partition.Status{}
@@ -361,9 +381,9 @@ func recreateSourceTopic(t *testing.T, p *pair, a *agent, topic string) (*kgo.Cl
 // the same name: its offsets no longer match the destination's, so every
 // partition of the topic goes FAILED, persisted, and stays so after a
 // restart. Another topic goes on before and after the restart.
-func failSourceRecreated(t *testing.T) {
-	const topic, other = "gone", "kept"
-	p, src, a, opts := mirrorTwoTopics(t, topic, other)
+func failSourceRecreated(t *testing.T, e engine) {
+	p, src, a, opts := mirrorTwoTopics(t, e, "gone", "kept")
+	topic, other := p.topic, p.name("kept")
 	_, failed := recreateSourceTopic(t, p, a, topic)
 	reasons := map[int32]string{}
 	for part, st := range failed {
@@ -457,11 +477,11 @@ func failSourceTruncated(t *testing.T) {
 // failKeyless: records without a key were written to the source while its
 // cleanup.policy was delete, then the topic became compacted (review B11).
 // The destination, created compact,delete, refuses them.
-func failKeyless(t *testing.T) {
-	const topic = "keyless"
-	p := newPair(t, pairOpts{})
+func failKeyless(t *testing.T, e engine) {
+	p := newPairOn(t, e, pairOpts{})
+	topic := p.name("keyless")
 	ctx := testCtx(t)
-	createTopic(t, p.srcAdm, topic, 2, map[string]*string{"cleanup.policy": kadm.StringPtr("delete")})
+	p.createTopic(t, p.srcAdm, topic, 2, map[string]*string{"cleanup.policy": kadm.StringPtr("delete")})
 	src := p.producer(t)
 	produceN(t, src, topic, 0, 5, "keyed", true)    // 0-4
 	produceN(t, src, topic, 0, 3, "keyless", false) // 5-7
@@ -489,10 +509,10 @@ func failKeyless(t *testing.T) {
 // HangingTxnAfter (1s here) describe gives the reason, with the partition
 // still MIRRORING; partition 1 goes on meanwhile. Once the transaction
 // commits, the reason clears and the partition catches up.
-func reportHanging(t *testing.T) {
-	const topic = "hang"
+func reportHanging(t *testing.T, e engine) {
 	const after = time.Second
-	p := newPair(t, pairOpts{topic: topic, partitions: 2})
+	p := newPairOn(t, e, pairOpts{topic: "hang", partitions: 2})
+	topic := p.topic
 	ctx := testCtx(t)
 	src := p.producer(t)
 	produceN(t, src, topic, 0, 5, "before", true) // 0-4
@@ -500,7 +520,7 @@ func reportHanging(t *testing.T) {
 	a := p.startAgentWith(t, agentOpts{apply: new(p.spec(topic))}, func(c *coordinator.Config) { c.HangingTxnAfter = after })
 	p.waitMirrored(t, a, topic, 30*time.Second)
 
-	tx := p.txnProducer(t, "slow")
+	tx := p.txnProducer(t, p.name("slow"))
 	beginTxn(t, tx, topic, 0, 2, "open") // 5-6
 	opened := time.Now()
 	produceN(t, src, topic, 0, 3, "behind", true) // 7-9
@@ -615,6 +635,10 @@ func deleteTopic(t *testing.T, adm *kadm.Client, topic string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), failWait)
 	defer cancel()
+	before, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		t.Fatalf("listing %s before deleting it: %v", topic, err)
+	}
 	resp, err := adm.DeleteTopic(ctx, topic)
 	if err == nil {
 		err = resp.Err
@@ -622,6 +646,56 @@ func deleteTopic(t *testing.T, adm *kadm.Client, topic string) {
 	if err != nil {
 		t.Fatalf("deleting %s: %v", topic, err)
 	}
+	// A Kafka broker answers before every broker's metadata has lost it.
+	// (An agent may create it again at once: a new topic id is gone
+	// too.)
+	waitUntil(t, failWait, topic+" gone from the metadata", func() (bool, string) {
+		tds, err := adm.ListTopics(ctx, topic)
+		if err != nil {
+			return false, err.Error()
+		}
+		return !tds.Has(topic) || tds[topic].ID != before[topic].ID, "still listed"
+	})
+}
+
+// recreateTopic deletes topic and creates it again with partitions
+// partitions, waiting until it has a leader for each. Kafka may refuse the
+// creation while it is still deleting the old topic (TOPIC_ALREADY_EXISTS),
+// which is retried; a topic of a new id that someone else (the agent)
+// created meanwhile counts as recreated.
+func recreateTopic(t *testing.T, adm *kadm.Client, topic string, partitions int32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), failWait)
+	defer cancel()
+	old, err := adm.ListTopics(ctx, topic)
+	if err != nil || !old.Has(topic) {
+		t.Fatalf("listing %s before recreating it: %v", topic, err)
+	}
+	oldID := old[topic].ID
+	deleteTopic(t, adm, topic)
+	waitUntil(t, failWait, topic+" created again", func() (bool, string) {
+		resp, err := adm.CreateTopic(ctx, partitions, -1, nil, topic)
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			t.Fatalf("creating %s again: %v", topic, err)
+		}
+		md, merr := adm.Metadata(ctx, topic)
+		if merr != nil {
+			return false, merr.Error()
+		}
+		d, ok := md.Topics[topic]
+		switch {
+		case !ok || d.Err != nil:
+			return false, fmt.Sprintf("creating: %v; metadata: %v", err, d.Err)
+		case d.ID == oldID:
+			return false, "the old topic is still there"
+		case len(d.Partitions) != int(partitions) || !allLeaders(d):
+			return false, fmt.Sprintf("%d partitions, not all with a leader", len(d.Partitions))
+		}
+		return true, ""
+	})
 }
 
 // waitStatus polls Describe until topic/part satisfies ok.
@@ -670,7 +744,7 @@ func (p *pair) waitPersistedFailed(t *testing.T, topic string, part int32, reaso
 	deadline := time.Now().Add(failWait)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), failWait)
-		s, err := statestore.Open(ctx, []kgo.Opt{kgo.SeedBrokers(p.dst.Bootstrap()...)}, "")
+		s, err := statestore.Open(ctx, []kgo.Opt{kgo.SeedBrokers(p.dst.Bootstrap()...)}, p.stateTopic)
 		cancel()
 		if err != nil {
 			t.Fatal(err)

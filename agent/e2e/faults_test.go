@@ -87,7 +87,9 @@ func (e faultEnv) churnNode(c *devcluster.Cluster, partitions int32) {
 // TestFaults mirrors while a producer writes to the source and injects one
 // kind of fault per case. Each case checks that its fault fired, then that
 // mirroring went on past it; at the end every partition is MIRRORING with
-// lag 0 and both sides are identical.
+// lag 0 and both sides are identical. Embedded engine only (the faults are
+// kfake's hooks); TestBrokerFaults (brokers_test.go) moves leaders and kills
+// brokers of real Kafka clusters.
 func TestFaults(t *testing.T) {
 	const (
 		topic      = "faults"

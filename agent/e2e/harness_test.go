@@ -66,7 +66,7 @@ type pairOpts struct {
 	// secured runs the clusters with SASL users and ACLs (the
 	// StandardAuthorizer on Kafka) as securedOpts has them; the test
 	// clients authenticate as the super user agent. Kafka engines only
-	// (newPairOn; securedPair is the embedded form).
+	// (newPairOn; authPairOn in readonly_test.go is the form for both engines).
 	secured bool
 	// srcConfigs and dstConfigs are broker configs of the clusters (such
 	// as a small transactional.id.expiration.ms). On a Kafka engine each

@@ -22,63 +22,65 @@ import (
 // the check is the invariant itself, at both isolation levels, read by
 // franz-go (verify) and librdkafka (kcat).
 func TestModel(t *testing.T) {
-	for _, seed := range []uint64{1, 2, 3} {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			topics := []string{"ledger", "events"}
-			p := newPair(t, pairOpts{srcBrokers: 3})
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			for _, topic := range topics {
-				if _, err := p.srcAdm.CreateTopic(ctx, 3, -1, nil, topic); err != nil {
+	forEngines(t, func(t *testing.T, e engine) {
+		for _, seed := range []uint64{1, 2, 3} {
+			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { testModel(t, e, seed) })
+		}
+	})
+}
+
+func testModel(t *testing.T, e engine, seed uint64) {
+	p := newPairOn(t, e, pairOpts{srcBrokers: 3})
+	topics := []string{p.name("ledger"), p.name("events")}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for _, topic := range topics {
+		p.createTopic(t, p.srcAdm, topic, 3, nil)
+	}
+	spec := p.spec(topics...)
+	a := p.startAgent(t, agentOpts{apply: &spec})
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := txnModelProducer(ctx, p.srcOpts(), topics, seed*10+uint64(i), p.name(fmt.Sprintf("model-%d-%d", seed, i))); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := plainModelProducer(ctx, p.srcOpts(), topics, seed*10+9); err != nil {
+			errs <- err
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, topic := range topics {
+		p.waitMirrored(t, a, topic, 2*time.Minute)
+		reports := p.assertIdentical(t, topic, identityOpts{})
+		for part := range reports {
+			for _, iso := range []string{kcat.ReadCommitted, kcat.ReadUncommitted} {
+				src, err := kcat.Read(ctx, p.src.BootstrapString(), topic, part, iso, -1, -1)
+				if err != nil {
 					t.Fatal(err)
 				}
-			}
-			spec := p.spec(topics...)
-			a := p.startAgent(t, agentOpts{apply: &spec})
-
-			var wg sync.WaitGroup
-			errs := make(chan error, 8)
-			for i := range 3 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					if err := txnModelProducer(ctx, p.srcOpts(), topics, seed*10+uint64(i), fmt.Sprintf("model-%d-%d", seed, i)); err != nil {
-						errs <- err
-					}
-				}()
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := plainModelProducer(ctx, p.srcOpts(), topics, seed*10+9); err != nil {
-					errs <- err
+				dst, err := kcat.Read(ctx, p.dst.BootstrapString(), topic, part, iso, -1, -1)
+				if err != nil {
+					t.Fatal(err)
 				}
-			}()
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
-			}
-			for _, topic := range topics {
-				p.waitMirrored(t, a, topic, 2*time.Minute)
-				reports := p.assertIdentical(t, topic, identityOpts{})
-				for part := range reports {
-					for _, iso := range []string{kcat.ReadCommitted, kcat.ReadUncommitted} {
-						src, err := kcat.Read(ctx, p.src.BootstrapString(), topic, part, iso, -1, -1)
-						if err != nil {
-							t.Fatal(err)
-						}
-						dst, err := kcat.Read(ctx, p.dst.BootstrapString(), topic, part, iso, -1, -1)
-						if err != nil {
-							t.Fatal(err)
-						}
-						if !sameRecords(src, dst) {
-							t.Fatalf("kcat %s %s/%d: %d source records, %d destination records, or a record differs", iso, topic, part, len(src), len(dst))
-						}
-					}
+				if !sameRecords(src, dst) {
+					t.Fatalf("kcat %s %s/%d: %d source records, %d destination records, or a record differs", iso, topic, part, len(src), len(dst))
 				}
 			}
-		})
+		}
 	}
 }
 

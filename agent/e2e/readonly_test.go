@@ -54,29 +54,6 @@ func securedOpts(name string) []devcluster.Option {
 	}
 }
 
-// securedPair starts a source (with an authorizer when srcACLs) seeded with
-// topic, and a destination with an authorizer. The pair's clients
-// authenticate as the agent (a super user on both sides); app may write
-// topic on both (ALLOW WRITE and DESCRIBE). It is the embedded form of
-// securedPairOn.
-func securedPair(t *testing.T, topic string, partitions int32, srcACLs bool) *pair {
-	t.Helper()
-	srcOpts := []devcluster.Option{devcluster.Name("src")}
-	if srcACLs {
-		srcOpts = securedOpts("src")
-	}
-	srcOpts = append(srcOpts, devcluster.KfakeOptions(kfake.SeedTopics(partitions, topic)))
-	p := &pair{src: devcluster.StartT(t, srcOpts...), dst: devcluster.StartT(t, securedOpts("dst")...)}
-	p.srcCl = failClient(t, p.srcAgentOpts(srcACLs)...)
-	p.dstCl = failClient(t, kgo.SeedBrokers(p.dst.Bootstrap()...), saslPlain(agentUser, agentPass), kgo.MetadataMinAge(100*time.Millisecond))
-	p.srcAdm, p.dstAdm = kadm.NewClient(p.srcCl), kadm.NewClient(p.dstCl)
-	allowApp(t, p.dstAdm, topic)
-	if srcACLs {
-		allowApp(t, p.srcAdm, topic)
-	}
-	return p
-}
-
 // authSides says which clusters of a pair are secured as securedOpts has
 // them (SASL users agent, a super user, and app; an authorizer).
 type authSides struct{ src, dst bool }
@@ -84,8 +61,8 @@ type authSides struct{ src, dst bool }
 // authPairOn is a pair on engine e whose source and destination are secured
 // as sides says, with topic (partitions partitions) on the source under
 // p.topic; the pair's clients authenticate as the agent on a secured side.
-// On the embedded engine the clusters are the test's own, as securedPair
-// starts them; on a Kafka engine they are the shared plain and secured
+// On the embedded engine the clusters are the test's own, started with
+// securedOpts; on a Kafka engine they are the shared plain and secured
 // clusters, so that a mixed pair costs no cluster of its own. Every ACL on
 // p.topic is deleted on both sides when the test ends, whoever created it
 // (the test, the agent's ACL sync, its read-only DENY or a promote's

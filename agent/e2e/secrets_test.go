@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -254,6 +256,273 @@ mirror "unused" {
 		len(places["the agent's log"]), bodies.Len(), len(state), len(sec), bytes.Count(state, []byte(secrets.SealedPrefix)))
 }
 
+// TestSecretsNeverLeakSASL is TestSecretsNeverLeak on real brokers: the
+// shared secured clusters (SASL, the StandardAuthorizer), where the source
+// users are SCRAM users this test creates (Kafka takes SCRAM credentials at
+// run time; PLAIN users and TLS are fixed when a cluster starts, which is
+// why TestSecretsNeverLeak, with PLAIN users, a TLS source and a client
+// key, stays on the embedded engine). The agent runs as a process as the
+// destination's super user, its password read from a properties file;
+// mirrors have literal (sealed), ${env:} and ${file:} passwords and a wrong
+// one that a real broker refuses (SASL_AUTHENTICATION_FAILED) before it is
+// corrected. The agent's trace log, every API response and the state topic
+// are searched for every secret value.
+func TestSecretsNeverLeakSASL(t *testing.T) {
+	engines := realTestEngines()
+	if len(engines) == 0 {
+		t.Log("no Kafka engine selected (KMIRROR_E2E_ENGINES): TestSecretsNeverLeak covers the embedded engine")
+	}
+	for _, e := range engines {
+		t.Run(e.name, func(t *testing.T) { testSecretsNeverLeakSASL(t, e) })
+	}
+}
+
+func testSecretsNeverLeakSASL(t *testing.T, e engine) {
+	p := newPairOn(t, e, pairOpts{secured: true})
+	sec := map[string]string{
+		"literal password":     "lit-pw-Fq8z3Nc5",
+		"wrong password":       "wrong-pw-Vd2k7Lm9",
+		"corrected password":   "fixed-pw-Hs4t6Bx1",
+		"env password":         "env-pw-Pw9c2Jr6",
+		"file password":        "file-pw-Ug5n8Qe3",
+		"unused password":      "unused-pw-Ta7m1Ky4",
+		"destination password": agentPass,
+	}
+	// The source users, with ACLs to read this test's topics, and gone
+	// (with their ACLs) when it ends.
+	topics := map[string]string{} // user -> topic
+	var upserts []kadm.UpsertSCRAM
+	var deletes []kadm.DeleteSCRAM
+	for user, pw := range map[string]string{"lit": sec["literal password"], "env": sec["env password"], "file": sec["file password"], "fix": sec["corrected password"]} {
+		name := p.name("leak-" + user)
+		topics[user] = p.name("leak-" + user + "-topic")
+		p.createTopic(t, p.srcAdm, topics[user], 1, nil)
+		for _, m := range []kadm.ScramMechanism{kadm.ScramSha256, kadm.ScramSha512} {
+			upserts = append(upserts, kadm.UpsertSCRAM{User: name, Mechanism: m, Iterations: 4096, Password: pw})
+			deletes = append(deletes, kadm.DeleteSCRAM{User: name, Mechanism: m})
+		}
+		dropACLsAtEnd(t, p.srcCl, principalFilter("User:"+name))
+		for _, b := range []*kadm.ACLBuilder{
+			kadm.NewACLs().Topics(topics[user]).Operations(kadm.OpAll),
+			kadm.NewACLs().Clusters().Operations(kadm.OpDescribe, kadm.OpDescribeConfigs),
+			kadm.NewACLs().Groups("*").TransactionalIDs("*").Operations(kadm.OpDescribe),
+		} {
+			rs, err := p.srcAdm.CreateACLs(testCtx(t), b.Allow("User:"+name).AllowHosts("*"))
+			if err == nil {
+				for _, r := range rs {
+					err = errors.Join(err, r.Err)
+				}
+			}
+			if err != nil {
+				t.Fatalf("ACLs of %s: %v", name, err)
+			}
+		}
+	}
+	// Kafka takes one change per user and request: a request per
+	// mechanism.
+	for _, m := range []kadm.ScramMechanism{kadm.ScramSha256, kadm.ScramSha512} {
+		var ups []kadm.UpsertSCRAM
+		var dels []kadm.DeleteSCRAM
+		for i := range upserts {
+			if upserts[i].Mechanism == m {
+				ups, dels = append(ups, upserts[i]), append(dels, deletes[i])
+			}
+		}
+		rs, err := p.srcAdm.AlterUserSCRAMs(testCtx(t), nil, ups)
+		if err == nil {
+			for _, r := range rs {
+				err = errors.Join(err, r.Err)
+			}
+		}
+		if err != nil {
+			t.Fatalf("creating the SCRAM users: %v", err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), failWait)
+			defer cancel()
+			if _, err := p.srcAdm.AlterUserSCRAMs(ctx, dels, nil); err != nil {
+				t.Errorf("deleting the SCRAM users: %v", err)
+			}
+		})
+	}
+
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	keyHex := "3e23e8160039594a33894f6564e1b1348bbd7a0088d42c4acb73eeaed59c009d"
+	sec["secret key"] = keyHex
+	keyFile := write("secret.key", keyHex+"\n")
+	props := write("kafka.properties", "# the source's credentials\nsasl.password="+sec["file password"]+"\n")
+	dstProps := write("dst.properties", "password = "+agentPass+"\n")
+	setup := agentSetup{Dir: dir, Listen: freeLoopbackAddr(t), Path: filepath.Join(dir, "agent.hcl")}
+	write("agent.hcl", fmt.Sprintf(`
+destination {
+  bootstrap_servers = %s
+  sasl {
+    mechanism = "SCRAM-SHA-512"
+    username  = %q
+    password  = "$${file:%s:password}"
+  }
+}
+state_topic     = %q
+listen          = %q
+log_level       = "trace"
+secret_key_file = %q
+# not used to connect: only so that the search below covers a reference's value
+mirror "unused" {
+  source {
+    bootstrap_servers = %s
+    sasl {
+      mechanism = "PLAIN"
+      username  = "nobody"
+      password  = "$${env:KMIRROR_LEAK_SASL_UNUSED}"
+    }
+  }
+}
+`, hclList(p.dst.Bootstrap()), agentUser, dstProps, p.stateTopic, setup.Listen, keyFile, hclList(p.src.Bootstrap())))
+	t.Setenv("KMIRROR_LEAK_SASL_ENV_PW", sec["env password"])
+	t.Setenv("KMIRROR_LEAK_SASL_UNUSED", sec["unused password"])
+
+	agent := startAgentProcess(t, setup, "agent")
+	base := "http://" + setup.Listen
+	var bodies bytes.Buffer // every response body
+	call := func(method, path, body string, want int) []byte {
+		t.Helper()
+		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		fmt.Fprintf(&bodies, "%s %s -> %d\n%s\n", method, path, resp.StatusCode, b)
+		if resp.StatusCode != want {
+			t.Fatalf("%s %s: %d, want %d: %s", method, path, resp.StatusCode, want, b)
+		}
+		return b
+	}
+	waitReady(t, base)
+
+	srcBoot, _ := json.Marshal(p.src.Bootstrap())
+	spec := func(name, user, mech, pass string) string {
+		return fmt.Sprintf(`{"name":%q,"source":{"bootstrap_servers":%s,"sasl":{"mechanism":%q,"username":%q,"password":%q}},"topics":[%q]}`,
+			name, srcBoot, mech, p.name("leak-"+user), pass, topics[user])
+	}
+	call("POST", "/v1/mirrors", spec("lit", "lit", "SCRAM-SHA-256", sec["literal password"]), 201)
+	call("POST", "/v1/mirrors", spec("env", "env", "SCRAM-SHA-512", "${env:KMIRROR_LEAK_SASL_ENV_PW}"), 201)
+	call("POST", "/v1/mirrors", spec("file", "file", "SCRAM-SHA-512", "${file:"+props+":sasl.password}"), 201)
+	call("POST", "/v1/mirrors", spec("fix", "fix", "SCRAM-SHA-256", sec["wrong password"]), 201)
+	// Refused requests: what they say must not hold what they were sent.
+	call("POST", "/v1/mirrors", spec("lit", "lit", "SCRAM-SHA-512", sec["literal password"]), 409)
+	call("POST", "/v1/mirrors", strings.Replace(spec("bad", "lit", "PLAIN", sec["literal password"]), `"username"`, `"user_name"`, 1), 400)
+	call("POST", "/v1/mirrors", strings.Replace(spec("bad", "lit", "PLAIN", sec["literal password"]), `"mechanism":"PLAIN"`, `"mechanism":"GSSAPI"`, 1), 400)
+	call("POST", "/v1/mirrors", strings.Replace(spec("bad", "lit", "PLAIN", ""), `"password":""`, `"password":["`+sec["literal password"]+`"]`, 1), 400)
+	call("POST", "/v1/mirrors", spec("bad", "lit", "PLAIN", mirrorapi.Redacted), 400)
+
+	// The wrong password is a mirror error (the broker answers
+	// SASL_AUTHENTICATION_FAILED), then the update corrects it.
+	waitUntil(t, 60*time.Second, "mirror fix to fail authenticating", func() (bool, string) {
+		var m mirrorapi.Mirror
+		_ = json.Unmarshal(call("GET", "/v1/mirrors/fix", "", 200), &m)
+		return strings.Contains(m.Error, "connecting to source"), m.Error
+	})
+	fixed := strings.Replace(spec("fix", "fix", "SCRAM-SHA-256", sec["corrected password"]), `"name":"fix",`, "", 1)
+	call("PUT", "/v1/mirrors/fix", fixed, 200)
+
+	produce := func(n int) {
+		for _, topic := range topics {
+			produceSecured(t, p.srcCl, topic, n)
+		}
+	}
+	produce(5)
+	waitMirrorOffsets := func(n int64) {
+		t.Helper()
+		waitUntil(t, 60*time.Second, fmt.Sprintf("every mirror at offset %d", n), func() (bool, string) {
+			var d mirrorapi.DescribeResponse
+			_ = json.Unmarshal(call("GET", "/v1/mirrors", "", 200), &d)
+			done := 0
+			for _, p := range describedPartitions(d.Mirrors) {
+				if p.DestinationOffset == n && p.State == mirrorapi.StateMirroring {
+					done++
+				}
+			}
+			return done == 4, string(call("GET", "/v1/mirrors", "", 200))
+		})
+	}
+	waitMirrorOffsets(5)
+
+	// Describe shows literals as redacted and references as written.
+	var lit, file mirrorapi.Mirror
+	_ = json.Unmarshal(call("GET", "/v1/mirrors/lit", "", 200), &lit)
+	_ = json.Unmarshal(call("GET", "/v1/mirrors/file", "", 200), &file)
+	if lit.Source.SASL == nil || lit.Source.SASL.Password != mirrorapi.Redacted || lit.Source.SASL.Username != p.name("leak-lit") {
+		t.Errorf("describe of lit: %+v", lit.Source)
+	}
+	if file.Source.SASL == nil || file.Source.SASL.Password != "${file:"+props+":sasl.password}" {
+		t.Errorf("describe of file: %+v", file.Source)
+	}
+	call("GET", "/v1/mirrors/lit/offsets", "", 200)
+	call("GET", "/metrics", "", 200)
+
+	// A restart reads the sealed secrets back from the state topic.
+	agent.Stop()
+	agent = startAgentProcess(t, setup, "agent-restarted")
+	waitReady(t, base)
+	produce(3)
+	waitMirrorOffsets(8)
+	agent.Stop()
+
+	logs, err := os.ReadFile(filepath.Join(dir, "agent.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs2, err := os.ReadFile(filepath.Join(dir, "agent-restarted.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := stateTopicBytesWith(t, []kgo.Opt{kgo.SeedBrokers(p.dst.Bootstrap()...), saslPlain(agentUser, agentPass)}, p.stateTopic)
+	places := map[string][]byte{"the agent's log": append(logs, logs2...), "the API's responses": bodies.Bytes(), "the state topic": state}
+	for where, b := range places {
+		if len(b) < 100 {
+			t.Fatalf("%s: only %d bytes to search", where, len(b))
+		}
+		for what, v := range sec {
+			if bytes.Contains(b, []byte(v)) {
+				t.Errorf("%s holds the %s", where, what)
+			}
+		}
+	}
+	// lit's password and fix's wrong, then corrected, password sealed;
+	// references as written.
+	if n := bytes.Count(state, []byte(secrets.SealedPrefix)); n < 3 {
+		t.Errorf("the state topic holds %d sealed values, want at least 3", n)
+	}
+	for _, ref := range []string{"${env:KMIRROR_LEAK_SASL_ENV_PW}", "${file:" + props + ":sasl.password}"} {
+		if !bytes.Contains(state, []byte(ref)) {
+			t.Errorf("the state topic does not hold the reference %s", ref)
+		}
+	}
+	t.Logf("searched %d bytes of logs, %d bytes of responses, %d bytes of the state topic for %d secrets; %d sealed values in the state topic",
+		len(places["the agent's log"]), bodies.Len(), len(state), len(sec), bytes.Count(state, []byte(secrets.SealedPrefix)))
+}
+
+// hclList is ss as an HCL list of strings.
+func hclList(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
 // TestAgentRefusesLiteralSecretWithoutKey: an agent without a secret key
 // takes references but refuses literal secrets, saying how to configure a
 // key or use a reference.
@@ -341,16 +610,23 @@ func produceSecured(t *testing.T, cl *kgo.Client, topic string, n int) {
 // agent's state topic, read as user.
 func stateTopicBytes(t *testing.T, c *devcluster.Cluster, user, pass string) []byte {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Bootstrap()...), kgo.DialTLSConfig(c.ClientTLS()),
-		kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()),
-		kgo.ConsumeTopics("__kmirror_state"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	return stateTopicBytesWith(t, []kgo.Opt{kgo.SeedBrokers(c.Bootstrap()...), kgo.DialTLSConfig(c.ClientTLS()),
+		kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism())}, "__kmirror_state")
+}
+
+// stateTopicBytesWith returns the keys and values of every record of the
+// state topic topic, read through a client with opts.
+func stateTopicBytesWith(t *testing.T, opts []kgo.Opt, topic string) []byte {
+	t.Helper()
+	cl, err := kgo.NewClient(append(opts[:len(opts):len(opts)],
+		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, "__kmirror_state")
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,18 @@ package e2e
 
 // Mirror throttles (KIP-1279's mirror.replication.throttled.rate and
 // .replicas) against a backlog: the mirrored byte rate while throttled,
-// full speed once the throttle is lifted, without a restart; only the listed
-// partitions held back; a restarted agent applying the persisted throttle.
+// nothing held back once the throttle is lifted, without a restart; only the
+// listed partitions held back; a restarted agent applying the persisted
+// throttle.
+//
+// The throttle is the agent's own token bucket (fetcher.Throttle), on every
+// engine: the figures asserted are the bucket's. Its ceiling holds whatever
+// the machine does, so the upper bound is tight (20% over a 10 s window,
+// where the bucket is off by a burst and a fetch at most); a loaded machine
+// can only make the agent slower than the ceiling, so the lower bound is
+// wide (half the ceiling). How fast the agent goes unthrottled is a figure
+// of the machine, not of the bucket: it is logged, and belongs in the
+// benchmarks.
 
 import (
 	"context"
@@ -14,12 +24,23 @@ import (
 	"github.com/kmirror/kmirror/internal/workload"
 )
 
-// throttleWindow is how long a throttled rate is measured, and
-// throttleTolerance how far from the ceiling it may be.
+// throttleWindow is how long a throttled rate is measured;
+// throttleOver is how far above the ceiling it may be, throttleUnder how
+// far below.
 const (
-	throttleWindow    = 10 * time.Second
-	throttleTolerance = 0.20
+	throttleWindow = 10 * time.Second
+	throttleOver   = 0.20
+	throttleUnder  = 0.50
 )
+
+// checkThrottled fails the test when got (bytes per second) is outside the
+// bounds of a ceiling of rate.
+func checkThrottled(t *testing.T, what string, got float64, rate int64) {
+	t.Helper()
+	if lo, hi := float64(rate)*(1-throttleUnder), float64(rate)*(1+throttleOver); got < lo || got > hi {
+		t.Errorf("%s: %.0f B/s, want %d B/s -%.0f%%/+%.0f%% (%.0f to %.0f)", what, got, rate, 100*throttleUnder, 100*throttleOver, lo, hi)
+	}
+}
 
 // produceBacklog writes records of valueSize bytes (uncompressed) to topic,
 // spread over its partitions, before any mirror runs.
@@ -98,15 +119,18 @@ func (p *pair) startThrottled(t *testing.T, th mirrorapi.Throttle, topic string)
 	return a
 }
 
-// TestThrottle: a mirror throttled to 1 MiB/s moves 1 MiB/s ±20% over 10 s
-// of a backlog, then at least five times as fast once the throttle is
-// removed, without a restart.
+// TestThrottle: a mirror throttled to 1 MiB/s moves 1 MiB/s (-50%/+20%)
+// over 10 s of a backlog; once the throttle is removed, without a restart,
+// the bucket holds nothing back any more and the rest of the backlog is
+// mirrored.
 func TestThrottle(t *testing.T) {
-	const (
-		topic = "throttled"
-		rate  = 1 << 20
-	)
-	p := newPair(t, pairOpts{topic: topic, partitions: 4})
+	forEngines(t, testThrottle)
+}
+
+func testThrottle(t *testing.T, e engine) {
+	const rate = 1 << 20
+	p := newPairOn(t, e, pairOpts{topic: "throttled", partitions: 4})
+	topic := p.topic
 	produceBacklog(t, p, topic, 4, 40000, 1000) // about 40 MB
 	a := p.startThrottled(t, mirrorapi.Throttle{RateBytesPerSecond: rate}, topic)
 
@@ -114,9 +138,7 @@ func TestThrottle(t *testing.T) {
 	waitBytes(t, a, topic, rate/2, 30*time.Second)
 	got := measureRate(a, topic, throttleWindow)
 	t.Logf("throttled to %d B/s: mirrored %.0f B/s over %v (%.1f%% of the ceiling)", rate, got, throttleWindow, 100*got/rate)
-	if got < rate*(1-throttleTolerance) || got > rate*(1+throttleTolerance) {
-		t.Errorf("throttled rate %.0f B/s, want %d B/s ±%.0f%%", got, rate, 100*throttleTolerance)
-	}
+	checkThrottled(t, "throttled rate", got, rate)
 	m, _ := a.status()
 	if m.Throttle == nil || m.Throttle.RateBytesPerSecond != rate {
 		t.Errorf("describe shows throttle %+v", m.Throttle)
@@ -125,49 +147,63 @@ func TestThrottle(t *testing.T) {
 		t.Errorf("describe says the throttle held partitions back for %d ms over a throttled backlog", m.Fetch.ThrottledMillis)
 	}
 
-	// Lifted: the rest of the backlog at full speed, same agent, same
-	// fetch sessions.
+	// Lifted: the rest of the backlog, same agent, same fetch sessions.
+	// Removing the throttle settles the bucket's account: from then on
+	// it holds nothing back, so the time it held partitions back stops
+	// growing.
 	before, t0 := sumBytes(mirroredBytes(a, topic)), time.Now()
 	if err := a.co.RemoveThrottle(testCtx(t), mirrorName); err != nil {
 		t.Fatal(err)
 	}
+	m, _ = a.status()
+	heldAtRemoval := m.Fetch.ThrottledMillis
+	if m.Throttle != nil {
+		t.Errorf("describe shows throttle %+v after its removal", m.Throttle)
+	}
 	p.waitMirrored(t, a, topic, 2*time.Minute)
 	elapsed := time.Since(t0)
-	full := float64(sumBytes(mirroredBytes(a, topic))-before) / elapsed.Seconds()
-	t.Logf("throttle removed: %d bytes in %v, %.0f B/s (%.1fx the ceiling)", sumBytes(mirroredBytes(a, topic))-before, elapsed.Round(time.Millisecond), full, full/rate)
-	if full < 5*rate {
-		t.Errorf("after removal %.0f B/s, want at least 5x the throttled %d B/s", full, rate)
+	rest := sumBytes(mirroredBytes(a, topic)) - before
+	full := float64(rest) / elapsed.Seconds()
+	t.Logf("throttle removed: %d bytes in %v, %.0f B/s (%.1fx the ceiling)", rest, elapsed.Round(time.Millisecond), full, full/rate)
+	if rest <= 0 {
+		t.Errorf("nothing mirrored after the throttle was removed")
+	}
+	if m, _ = a.status(); m.Fetch.ThrottledMillis != heldAtRemoval {
+		t.Errorf("the throttle held partitions back for %d ms at its removal and %d ms once the backlog was mirrored: it still throttled", heldAtRemoval, m.Fetch.ThrottledMillis)
 	}
 	p.assertIdentical(t, topic, identityOpts{wantRecords: 40000})
 }
 
 // TestThrottlePartitions: a throttle on one partition holds back that
-// partition only: the other catches up at full speed meanwhile. A restarted
+// partition only: the other is mirrored to its end meanwhile, while the
+// throttled one moves no more than the ceiling lets through. A restarted
 // agent throttles the same partition at the same rate, from the state topic.
 func TestThrottlePartitions(t *testing.T) {
-	const (
-		topic = "some"
-		rate  = 512 << 10
-	)
-	p := newPair(t, pairOpts{topic: topic, partitions: 2})
+	forEngines(t, testThrottlePartitions)
+}
+
+func testThrottlePartitions(t *testing.T, e engine) {
+	const rate = 512 << 10
+	p := newPairOn(t, e, pairOpts{topic: "some", partitions: 2})
+	topic := p.topic
 	produceBacklog(t, p, topic, 2, 24000, 1000) // about 12 MB per partition
 	a := p.startThrottled(t, mirrorapi.Throttle{RateBytesPerSecond: rate, Partitions: []string{topic + ":0"}}, topic)
 
 	// Partition 1 is not throttled: all of it is mirrored while
-	// partition 0 has moved a fraction.
+	// partition 0 has moved no more than the ceiling allows over that
+	// time (plus the bucket's burst and one fetch, a megabyte at most
+	// with these batches).
 	t0 := time.Now()
 	p.waitMirroredParts(t, a, topic, []int32{1})
 	free := time.Since(t0)
 	b := mirroredBytes(a, topic)
 	t.Logf("unthrottled partition 1: %d bytes in %v; throttled partition 0 meanwhile: %d bytes", b[1], free.Round(time.Millisecond), b[0])
-	if b[0] >= b[1]/2 {
-		t.Errorf("partition 0 mirrored %d bytes while partition 1 mirrored all of its %d: not held back", b[0], b[1])
+	if ceiling := int64(float64(rate)*free.Seconds()*(1+throttleOver)) + 1<<20; b[0] > ceiling {
+		t.Errorf("partition 0 mirrored %d bytes in the %v partition 1 took, above the %d the ceiling lets through: not held back", b[0], free.Round(time.Millisecond), ceiling)
 	}
 	got := measureRate(a, topic, throttleWindow, 0)
 	t.Logf("partition 0 throttled to %d B/s: %.0f B/s over %v", rate, got, throttleWindow)
-	if got < rate*(1-throttleTolerance) || got > rate*(1+throttleTolerance) {
-		t.Errorf("throttled partition 0: %.0f B/s, want %d B/s ±%.0f%%", got, rate, 100*throttleTolerance)
-	}
+	checkThrottled(t, "throttled partition 0", got, rate)
 
 	// Restart: the throttle comes back from the state topic before the
 	// first fetch.
@@ -180,9 +216,7 @@ func TestThrottlePartitions(t *testing.T) {
 	waitBytes(t, a, topic, rate/2, 30*time.Second, 0)
 	got = measureRate(a, topic, throttleWindow, 0)
 	t.Logf("after a restart, partition 0: %.0f B/s over %v", got, throttleWindow)
-	if got < rate*(1-throttleTolerance) || got > rate*(1+throttleTolerance) {
-		t.Errorf("after a restart partition 0: %.0f B/s, want %d B/s ±%.0f%%", got, rate, 100*throttleTolerance)
-	}
+	checkThrottled(t, "after a restart partition 0", got, rate)
 	if err := a.co.RemoveThrottle(testCtx(t), mirrorName); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -99,7 +100,33 @@ func ensureTopic(ctx context.Context, cl *kgo.Client, topic string) error {
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		return fmt.Errorf("creating state topic %q on the destination: %w", topic, err)
 	}
-	return nil
+	// A Kafka broker answers CreateTopics before the new topic is in
+	// the metadata it serves: wait until partition 0 has a leader that
+	// answers ListOffsets, so that the reads that follow find it.
+	for {
+		ends, err := adm.ListEndOffsets(ctx, topic)
+		if err == nil {
+			end, ok := ends.Lookup(topic, 0)
+			switch {
+			case ok && end.Err == nil:
+				return nil
+			case ok:
+				err = end.Err
+			case ends.Error() != nil:
+				err = ends.Error()
+			default:
+				err = kerr.UnknownTopicOrPartition
+			}
+			if !kerr.IsRetriable(err) {
+				return fmt.Errorf("reading the end of state topic %q: %w", topic, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for state topic %q on the destination: %w (%w)", topic, err, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 func readAll(ctx context.Context, cl *kgo.Client, opts []kgo.Opt, topic string) (map[string][]byte, error) {
