@@ -35,17 +35,6 @@ import (
 // (9 s by default), and a restarted JVM takes seconds on a loaded machine.
 const brokerFaultWait = 90 * time.Second
 
-// realTestEngines are the Kafka engines among testEngines.
-func realTestEngines() []engine {
-	var out []engine
-	for _, e := range testEngines() {
-		if e.kind != devcluster.Embedded {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 // brokerEnv is what a broker fault acts on while the mirror runs and the
 // producers write.
 type brokerEnv struct {
@@ -445,7 +434,7 @@ func waitClusterWhole(c *devcluster.Cluster) error {
 // marker ... recover the partition"): an outcome of Kafka's, not a fault of
 // the mirror's, that no waiting would turn into MIRRORING.
 func TestBrokerFaults(t *testing.T) {
-	engines := realTestEngines()
+	engines := kafkaEngines(false)
 	if len(engines) == 0 {
 		t.Log("no Kafka engine selected (KMIRROR_E2E_ENGINES): TestFaults covers the embedded engine")
 	}

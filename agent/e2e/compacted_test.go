@@ -69,18 +69,6 @@ func compactedConfigs(e engine) map[string]*string {
 	return c
 }
 
-// forKafkaEngines runs fn as a subtest on every Kafka engine: for what only a
-// real broker does (the log cleaner, expiry of producer state and
-// transactional ids, static broker limits).
-func forKafkaEngines(t *testing.T, fn func(t *testing.T, e engine)) {
-	t.Helper()
-	for _, e := range testEngines() {
-		if e.kind != devcluster.Embedded {
-			t.Run(e.name, func(t *testing.T) { fn(t, e) })
-		}
-	}
-}
-
 // TestCompacted mirrors a compacted source after its cleaner removed
 // superseded records, leaving holes between and inside batches (partially
 // kept batches keep their offsets): every hole must be an invisible
@@ -88,7 +76,7 @@ func forKafkaEngines(t *testing.T, fn func(t *testing.T, e engine)) {
 // a consumer. On Kafka the destination's cleaner compacts the mirror too, so
 // the comparison is key-aware there.
 func TestCompacted(t *testing.T) {
-	forEngines(t, func(t *testing.T, e engine) {
+	forTxnEngines(t, func(t *testing.T, e engine) {
 		for _, method := range []partition.FillerMethod{partition.FillCoordinator, partition.FillMarkers} {
 			t.Run(string(method), func(t *testing.T) { testCompacted(t, e, method) })
 		}
@@ -167,7 +155,7 @@ func testCompacted(t *testing.T, e engine, method partition.FillerMethod) {
 // sequence behind the broker's, refused with OUT_OF_ORDER_SEQUENCE_NUMBER at
 // every retry.
 func TestCompactedDestinationCleaner(t *testing.T) {
-	forKafkaEngines(t, testCompactedDestinationCleaner)
+	forKafkaEngines(t, true, testCompactedDestinationCleaner)
 }
 
 func testCompactedDestinationCleaner(t *testing.T, e engine) {

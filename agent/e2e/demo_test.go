@@ -22,7 +22,7 @@ import (
 // It runs on the embedded engine (make demo) and on the newest Kafka release
 // (KMIRROR_ENGINE=kafka make demo).
 func TestDemo(t *testing.T) {
-	for _, e := range []engine{embedded, realEngines()[0]} {
+	for _, e := range []engine{embedded, realEngines(false)[0]} {
 		t.Run(e.name, func(t *testing.T) { testDemo(t, e) })
 	}
 }

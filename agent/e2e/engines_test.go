@@ -39,13 +39,18 @@ type engine struct {
 }
 
 // realEngines are the Kafka setups `make test` runs: the newest 4.x with
-// transaction protocol v2 (its default), and the newest 3.9 with the
-// classic protocol. `make test-matrix` sets KMIRROR_E2E_KAFKA to every
-// release Maven Central serves.
-func realEngines() []engine {
+// transaction protocol v2 (its default) for every test, and with classic
+// the newest 3.9, which has only the classic protocol (v1), for the tests
+// whose subject is the transaction protocol (forTxnEngines). `make
+// test-matrix` sets KMIRROR_E2E_KAFKA to every release Maven Central serves,
+// and then every test runs on each of them.
+func realEngines(classic bool) []engine {
 	spec := os.Getenv("KMIRROR_E2E_KAFKA")
 	if spec == "" {
-		spec = devcluster.DefaultKafkaVersion + ",3.9.2"
+		spec = devcluster.DefaultKafkaVersion
+		if classic {
+			spec += ",3.9.2"
+		}
 	}
 	var out []engine
 	for _, v := range strings.Split(spec, ",") {
@@ -64,11 +69,11 @@ func realEngines() []engine {
 
 var embedded = engine{name: "embedded", kind: devcluster.Embedded}
 
-// testEngines are the engines forEngines runs, narrowed by KMIRROR_E2E_ENGINES
-// (a comma-separated list of names, such as "embedded" or "kafka-4.4.0") for
-// a quick local run.
-func testEngines() []engine {
-	all := append([]engine{embedded}, realEngines()...)
+// testEngines are the embedded engine and realEngines(classic), narrowed by
+// KMIRROR_E2E_ENGINES (a comma-separated list of names, such as "embedded"
+// or "kafka-4.4.0") for a quick local run.
+func testEngines(classic bool) []engine {
+	all := append([]engine{embedded}, realEngines(classic)...)
 	only := os.Getenv("KMIRROR_E2E_ENGINES")
 	if only == "" {
 		return all
@@ -82,10 +87,43 @@ func testEngines() []engine {
 	return out
 }
 
-// forEngines runs fn as a subtest on every engine.
+// kafkaEngines are the Kafka engines among testEngines(classic).
+func kafkaEngines(classic bool) []engine {
+	var out []engine
+	for _, e := range testEngines(classic) {
+		if e.kind == devcluster.Kafka {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// forEngines runs fn as a subtest on the embedded engine and on the newest
+// Kafka release.
 func forEngines(t *testing.T, fn func(t *testing.T, e engine)) {
 	t.Helper()
-	for _, e := range testEngines() {
+	run(t, testEngines(false), fn)
+}
+
+// forTxnEngines is forEngines with the classic transaction protocol's
+// cluster too (Kafka 3.9).
+func forTxnEngines(t *testing.T, fn func(t *testing.T, e engine)) {
+	t.Helper()
+	run(t, testEngines(true), fn)
+}
+
+// forKafkaEngines runs fn on the Kafka engines only, with the classic
+// protocol's cluster when classic: for what only a real broker does (the
+// log cleaner, expiry of producer state and transactional ids, static
+// broker limits, broker processes to kill).
+func forKafkaEngines(t *testing.T, classic bool, fn func(t *testing.T, e engine)) {
+	t.Helper()
+	run(t, kafkaEngines(classic), fn)
+}
+
+func run(t *testing.T, engines []engine, fn func(t *testing.T, e engine)) {
+	t.Helper()
+	for _, e := range engines {
 		t.Run(e.name, func(t *testing.T) { fn(t, e) })
 	}
 }

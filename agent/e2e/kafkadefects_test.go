@@ -86,7 +86,7 @@ func mirrorTxnIDs(topic string, parts int32) []string {
 // describe says where the timeout came from, and the destination's
 // coordinator holds the agent's ids with that timeout.
 func TestDestinationTxnMaxTimeout(t *testing.T) {
-	forKafkaEngines(t, func(t *testing.T, e engine) {
+	forKafkaEngines(t, true, func(t *testing.T, e engine) {
 		const parts = 2
 		p := defectPair(t, e, "ledger", parts)
 		topic := p.topic
@@ -131,7 +131,7 @@ func TestDestinationTxnMaxTimeout(t *testing.T) {
 // on from it across the wrap (2^31-1 is followed by 0), which the broker
 // checks.
 func TestDestinationProducerExpiry(t *testing.T) {
-	forKafkaEngines(t, func(t *testing.T, e engine) {
+	forKafkaEngines(t, true, func(t *testing.T, e engine) {
 		p := defectPair(t, e, "expiry", 1)
 		topic := p.topic
 		src := failClient(t, append(p.srcOpts(), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(50*time.Millisecond))...)
@@ -193,7 +193,7 @@ func TestDestinationProducerExpiry(t *testing.T) {
 // as the agent's, not as a foreign write, and a running mirror whose ids
 // expired must go on at its next transaction.
 func TestDestinationTxnIDExpiry(t *testing.T) {
-	forKafkaEngines(t, func(t *testing.T, e engine) {
+	forKafkaEngines(t, true, func(t *testing.T, e engine) {
 		const parts = 2
 		p := defectPair(t, e, "ledger", parts)
 		topic := p.topic

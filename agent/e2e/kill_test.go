@@ -553,11 +553,7 @@ func logBatches(ctx context.Context, t testing.TB, c *devcluster.Cluster, topic 
 //
 // KMIRROR_KILL_SEED=N replays a run's kill delays.
 func TestKillRestartKafka(t *testing.T) {
-	for _, e := range testEngines() {
-		if e.kind == devcluster.Kafka {
-			t.Run(e.name, func(t *testing.T) { testKillRestartKafka(t, e) })
-		}
-	}
+	forKafkaEngines(t, true, testKillRestartKafka)
 }
 
 func testKillRestartKafka(t *testing.T, e engine) {

@@ -268,7 +268,7 @@ mirror "unused" {
 // corrected. The agent's trace log, every API response and the state topic
 // are searched for every secret value.
 func TestSecretsNeverLeakSASL(t *testing.T) {
-	engines := realTestEngines()
+	engines := kafkaEngines(false)
 	if len(engines) == 0 {
 		t.Log("no Kafka engine selected (KMIRROR_E2E_ENGINES): TestSecretsNeverLeak covers the embedded engine")
 	}

@@ -23,7 +23,7 @@ import (
 // read_uncommitted consumers, and every marker offset invisible, on the
 // destination exactly as on the source.
 func TestTransactions(t *testing.T) {
-	forEngines(t, testTransactions)
+	forTxnEngines(t, testTransactions)
 }
 
 func testTransactions(t *testing.T, e engine) {
@@ -238,7 +238,7 @@ func (ct *clientTxns) check(ctx context.Context, t *testing.T, bootstrap string,
 // read_uncommitted consumers must see exactly the transactions the clients
 // reported committed and aborted.
 func TestClientTransactions(t *testing.T) {
-	forEngines(t, testClientTransactions)
+	forTxnEngines(t, testClientTransactions)
 }
 
 func testClientTransactions(t *testing.T, e engine) {
