@@ -107,7 +107,9 @@ func TestOwnProducerIDChanges(t *testing.T) {
 
 	// Caught up with every source transaction decided, so none of the
 	// agent's transactions is open while the epochs run out.
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// 32,766 InitProducerId calls per id: seconds alone, minutes on a
+	// machine busy with the Kafka engines' JVMs.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
 	started := time.Now()
@@ -198,7 +200,8 @@ func TestForeignWriteWhileStopped(t *testing.T) {
 	a := p.startAgent(t, agentOpts{apply: new(p.spec(topic))})
 	p.waitMirrored(t, a, topic, failWait)
 	a.stop()
-	ctx := testCtx(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // see TestOwnProducerIDChanges
+	defer cancel()
 	for id := range p.txnProducerIDs(t, topic, parts) {
 		exhaustEpoch(ctx, t, failClient(t, kgo.SeedBrokers(p.dst.Bootstrap()...)), id)
 	}
