@@ -550,7 +550,7 @@ func reportHanging(t *testing.T, e engine) {
 // Helpers
 
 // failWait bounds every wait of these tests.
-const failWait = 30 * time.Second
+const failWait = 90 * time.Second
 
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -59,7 +59,7 @@ func startTxnRun(t *testing.T, seed int64) *txnRun {
 // and the destination has gone past what the source held before them.
 func (r *txnRun) progress() {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), failWait)
 	defer cancel()
 	src := ends(r.t, r.p.srcAdm, txnFaultTopic)
 	var acked int64
@@ -73,7 +73,7 @@ func (r *txnRun) progress() {
 	for part, end := range src {
 		want[part] = end + 1
 	}
-	r.p.waitProgress(r.t, r.a, txnFaultTopic, want, 30*time.Second)
+	r.p.waitProgress(r.t, r.a, txnFaultTopic, want, failWait)
 }
 
 // finish stops the producer (its last transaction decided), waits until the
@@ -173,7 +173,7 @@ func TestTxnFaults(t *testing.T) {
 		// CONCURRENT_TRANSACTIONS until the markers land, and it must
 		// retry, not give up or write meanwhile.
 		held := r.p.dst.ConcurrentTransactions(devcluster.ConcurrentTransactions{TransactionalID: fillID(0), Window: 0, Count: 1})
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), failWait)
 		defer cancel()
 		if err := held.WaitOpened(ctx, 1); err != nil {
 			t.Fatalf("no filler transaction of partition 0 ended: %v\n%s", err, r.a.describe())
@@ -240,7 +240,7 @@ func TestTxnFaults(t *testing.T) {
 	t.Run("late duplicate markers", func(t *testing.T) {
 		r := startTxnRun(t, 3)
 		dup := r.p.dst.DuplicateMarkers(devcluster.DuplicateMarkers{Count: 3, Delay: 150 * time.Millisecond})
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), failWait)
 		defer cancel()
 		if err := dup.Wait(ctx, 3); err != nil {
 			t.Fatalf("%d duplicate markers written, want 3: %v (fault error: %v)", dup.Written(), err, dup.Err())
