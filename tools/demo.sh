@@ -150,7 +150,7 @@ if command -v kcat >/dev/null 2>&1; then
   for side in "source $SRC" "destination $DST"; do
     set -- $side
     printf '%-12s ' "$1"
-    kcat -C -b "$2" -t orders -p 1 -o 1000 -c 1 -e -q -f 'partition %p offset %o key %k timestamp %T\n'
+    kcat -C -b "$2" -t orders -p 1 -o 500 -c 1 -e -q -f 'partition %p offset %o key %k timestamp %T\n'
   done
 else
   echo "(kcat not installed: apt-get install kcat)"
@@ -172,8 +172,8 @@ group_offsets() {
     END { for (p in o) printf "%-12s group billing: partition %s %s offset %d\n", label, p, (verb == "next" ? "next" : "resumes at"), o[p] }' "$1" | sort
 }
 if have_kcat; then
-  step "an application: consumer group 'billing' reads 1500 records of 'orders' on the source and commits (kcat -G)"
-  kcat -b "$SRC" -G billing -X auto.offset.reset=earliest -X max.partition.fetch.bytes=4096 -c 1500 -e -q -f '%p %o\n' orders >"$WORK/billing-source.txt"
+  step "an application: consumer group 'billing' reads 300 records of 'orders' on the source and commits (kcat -G)"
+  kcat -b "$SRC" -G billing -X auto.offset.reset=earliest -X max.partition.fetch.bytes=4096 -c 300 -e -q -f '%p %o\n' orders >"$WORK/billing-source.txt"
   group_offsets "$WORK/billing-source.txt" source next
 fi
 
