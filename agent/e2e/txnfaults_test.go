@@ -261,6 +261,7 @@ func TestTxnFaults(t *testing.T) {
 		}
 		statuses := waitSettledOrFailed(t, r.p, r.a, time.Minute)
 		var failed, mirroring []int32
+		dupAt := map[int32]int64{}
 		for part, s := range statuses {
 			switch s.State {
 			case partition.Failed:
@@ -268,7 +269,7 @@ func TestTxnFaults(t *testing.T) {
 				if !duped[part] {
 					t.Errorf("partition %d failed without a duplicate marker: %s", part, s.Reason)
 				}
-				checkDuplicateReason(t, r.p, part, s.Reason, dup.Duplicates())
+				dupAt[part] = checkDuplicateReason(t, r.p, part, s.Reason, dup.Duplicates())
 			default:
 				mirroring = append(mirroring, part)
 			}
@@ -282,11 +283,13 @@ func TestTxnFaults(t *testing.T) {
 			r.p.assertIdentical(t, txnFaultTopic, identityOpts{wantRecords: st.Records})
 		} else {
 			// MIRRORING partitions identical to their end; FAILED ones up
-			// to where they stopped (nothing shifted below).
+			// to the duplicate marker the reason names (nothing shifted
+			// below it; the duplicate itself, at the destination's end,
+			// is what the partition stopped for).
 			for part, s := range statuses {
 				o := verify.Options{Topic: txnFaultTopic, Partitions: []int32{part}}
 				if s.State == partition.Failed {
-					o.To = s.DestinationOffset
+					o.To = min(s.DestinationOffset, dupAt[part])
 				}
 				compareRange(t, r.p, o)
 			}
@@ -301,12 +304,12 @@ func TestTxnFaults(t *testing.T) {
 // checkDuplicateReason checks that a partition FAILED because of a duplicate
 // marker, named as such, and that the destination really holds one of the
 // duplicated markers at the offset the reason names.
-func checkDuplicateReason(t *testing.T, p *pair, part int32, reason string, dups []devcluster.DuplicatedMarker) {
+func checkDuplicateReason(t *testing.T, p *pair, part int32, reason string, dups []devcluster.DuplicatedMarker) (at int64) {
 	t.Helper()
-	var at int64
+	at = -1
 	if _, err := fmt.Sscanf(reason, "duplicate transaction marker at destination offset %d", &at); err != nil {
 		t.Errorf("partition %d failed for another reason than the duplicate marker: %q", part, reason)
-		return
+		return -1
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -332,9 +335,10 @@ func checkDuplicateReason(t *testing.T, p *pair, part int32, reason string, dups
 		}) {
 			t.Errorf("partition %d: the reason names a duplicate marker at %d, but the destination holds %+v there", part, at, h)
 		}
-		return
+		return at
 	}
 	t.Errorf("partition %d: no batch starts at destination offset %d, which the reason names", part, at)
+	return at
 }
 
 func totalAcked(prod *workload.Producer) int64 {

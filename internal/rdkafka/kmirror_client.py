@@ -164,6 +164,26 @@ def produce(a):
     return {"produced": a.records}
 
 
+# Group coordinator errors a fresh broker answers while it creates or loads
+# __consumer_offsets: retried, as the Java client does, for up to 30 s.
+COORDINATOR_PENDING = (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                       KafkaError.NOT_COORDINATOR)
+
+
+def commit_offsets(c, offsets):
+    """Commits offsets synchronously, retrying while the coordinator is
+    pending; returns the per-partition results."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return c.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as e:
+            err = e.args[0]
+            if err.code() not in COORDINATOR_PENDING or time.monotonic() > deadline:
+                raise
+            time.sleep(0.25)
+
+
 def consumer_conf(a, errors):
     conf = base(a)
     conf.update({
@@ -225,7 +245,7 @@ def consume_group(a):
         if a.commit:
             offsets = [TopicPartition(a.topic, p, pt["last"] + 1) for p, pt in sorted(parts.items())]
             if offsets:
-                for tp in c.commit(offsets=offsets, asynchronous=False):
+                for tp in commit_offsets(c, offsets):
                     if tp.error is not None:
                         raise Failure("committing %s-%d: %s" % (tp.topic, tp.partition, tp.error))
             out["offsets"] = {str(tp.partition): tp.offset for tp in offsets}
@@ -251,8 +271,7 @@ def commit(a):
     errors = Errors()
     c = Consumer(consumer_conf(a, errors))
     try:
-        res = c.commit(offsets=[TopicPartition(a.topic, p, o) for p, o in sorted(offsets.items())],
-                       asynchronous=False)
+        res = commit_offsets(c, [TopicPartition(a.topic, p, o) for p, o in sorted(offsets.items())])
         errors.check()
         for tp in res:
             if tp.error is not None:
