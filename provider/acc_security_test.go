@@ -26,6 +26,7 @@ import (
 	"github.com/kmirror/kmirror/agent/secrets"
 	"github.com/kmirror/kmirror/internal/certs"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
@@ -46,10 +47,10 @@ func newSecureEnv(t *testing.T) *secureEnv {
 	t.Helper()
 	requireAcc(t)
 	e := &secureEnv{reader: "reader-pw-Fk3n8Qd1"}
-	e.src = devcluster.StartT(t, devcluster.Name("src"), devcluster.TLS(),
+	e.src = devclustertest.Start(t, devcluster.Name("src"), devcluster.TLS(),
 		devcluster.SASLUser("reader", e.reader), devcluster.SASLUser("app", "app-pass"),
 		devcluster.KfakeOptions(kfake.SeedTopics(1, "orders")))
-	dst := devcluster.StartT(t, devcluster.Name("dst"))
+	dst := devclustertest.Start(t, devcluster.Name("dst"))
 	box, err := secrets.NewBox([]byte(strings.Repeat("k", secrets.KeySize)))
 	if err != nil {
 		t.Fatal(err)

@@ -21,9 +21,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 	"github.com/twmb/franz-go/pkg/kadm"
 
-	"github.com/kmirror/kmirror/agent/coordinator"
-	"github.com/kmirror/kmirror/agent/topics"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 // settingsConfig is mirror dr with settings (HCL) and topic orders, read
@@ -44,7 +43,7 @@ const accSettings = `
 `
 
 // specIs checks the spec the agent keeps for mirror dr.
-func (e *accEnv) specIs(check func(coordinator.MirrorSpec) error) resource.TestCheckFunc {
+func (e *accEnv) specIs(check func(mirrorspec.Spec) error) resource.TestCheckFunc {
 	return func(*terraform.State) error {
 		for _, m := range e.co.Mirrors() {
 			if m.Name == "dr" {
@@ -82,7 +81,7 @@ func TestAccClusterMirror_settings(t *testing.T) {
 			{
 				Config:            e.settingsConfig(accSettings),
 				ConfigStateChecks: configured,
-				Check: e.specIs(func(s coordinator.MirrorSpec) error {
+				Check: e.specIs(func(s mirrorspec.Spec) error {
 					if !slices.Equal(s.GroupsInclude, []string{"app-.*"}) || !slices.Equal(s.GroupsExclude, []string{"app-test"}) ||
 						!slices.Equal(s.ACLInclude, []string{"TOPIC;orders", "GROUP;app-.*;READ"}) || s.MetadataRefreshIntervalMs != 1000 ||
 						!slices.Equal(s.TopicRegex, []string{`events\..*`}) || !slices.Equal(s.TopicConfigExclude, []string{"retention.ms", "min.insync.replicas"}) {
@@ -141,7 +140,7 @@ func TestAccClusterMirror_settings(t *testing.T) {
 					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
 				},
 				ConfigStateChecks: configured,
-				Check: e.specIs(func(s coordinator.MirrorSpec) error {
+				Check: e.specIs(func(s mirrorspec.Spec) error {
 					if !slices.Equal(s.GroupsInclude, []string{"app-.*"}) || !slices.Equal(s.ACLInclude, []string{"TOPIC;orders", "GROUP;app-.*;READ"}) ||
 						s.MetadataRefreshIntervalMs != 1000 || !slices.Equal(s.TopicRegex, []string{`events\..*`}) ||
 						!slices.Equal(s.TopicConfigExclude, []string{"retention.ms", "min.insync.replicas"}) {
@@ -194,10 +193,10 @@ func TestAccClusterMirror_settings(t *testing.T) {
 					},
 					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
 				},
-				ConfigStateChecks: set([]string{".*"}, "1s", topics.DefaultExclude()),
-				Check: e.specIs(func(s coordinator.MirrorSpec) error {
+				ConfigStateChecks: set([]string{".*"}, "1s", mirrorspec.DefaultTopicConfigExclude()),
+				Check: e.specIs(func(s mirrorspec.Spec) error {
 					if !slices.Equal(s.GroupsInclude, []string{".*"}) || len(s.GroupsExclude) != 0 || len(s.TopicRegex) != 0 ||
-						!slices.Equal(s.TopicConfigExclude, topics.DefaultExclude()) {
+						!slices.Equal(s.TopicConfigExclude, mirrorspec.DefaultTopicConfigExclude()) {
 						return fmt.Errorf("agent spec after unsetting: %+v", s)
 					}
 					return nil
@@ -218,7 +217,7 @@ func TestAccClusterMirror_settings(t *testing.T) {
 					},
 					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
 				},
-				Check: e.specIs(func(s coordinator.MirrorSpec) error {
+				Check: e.specIs(func(s mirrorspec.Spec) error {
 					if !slices.Equal(s.GroupsInclude, []string{"billing", "app-.*"}) || s.MetadataRefreshIntervalMs != 2000 {
 						return fmt.Errorf("agent spec after config: %+v", s)
 					}

@@ -35,9 +35,10 @@ import (
 	"github.com/kmirror/kmirror/agent/api"
 	"github.com/kmirror/kmirror/agent/coordinator"
 	"github.com/kmirror/kmirror/agent/coordinator/coordinatortest"
-	"github.com/kmirror/kmirror/agent/topics"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 const accToken = "acc-token"
@@ -63,9 +64,9 @@ func newAccEnv(t *testing.T) *accEnv {
 	t.Helper()
 	requireAcc(t)
 	e := &accEnv{
-		src: devcluster.StartT(t, devcluster.Name("src"), devcluster.Brokers(2),
+		src: devclustertest.Start(t, devcluster.Name("src"), devcluster.Brokers(2),
 			devcluster.KfakeOptions(kfake.SeedTopics(2, "orders"))),
-		dst: devcluster.StartT(t, devcluster.Name("dst")),
+		dst: devclustertest.Start(t, devcluster.Name("dst")),
 	}
 	var srv *httptest.Server
 	e.co, srv = startAccAgent(t, coordinator.Config{Destination: []kgo.Opt{kgo.SeedBrokers(e.dst.Bootstrap()...)}}, nil)
@@ -317,7 +318,7 @@ func TestAccClusterMirror_lifecycle(t *testing.T) {
 					statecheck.ExpectKnownValue(mirror, tfjsonpath.New("id"), knownvalue.StringExact("dr")),
 					statecheck.ExpectKnownValue(mirror, tfjsonpath.New("source").AtMapKey("bootstrap_servers"), strList(src[0])),
 					// Left out, the KIP's default list, as the agent reports it.
-					statecheck.ExpectKnownValue(mirror, tfjsonpath.New("topic_config_exclude"), strList(topics.DefaultExclude()...)),
+					statecheck.ExpectKnownValue(mirror, tfjsonpath.New("topic_config_exclude"), strList(mirrorspec.DefaultTopicConfigExclude()...)),
 					statecheck.ExpectKnownValue(mirror, tfjsonpath.New("error"), knownvalue.StringExact("")),
 					statecheck.ExpectKnownValue(topic, tfjsonpath.New("id"), knownvalue.StringExact("dr/orders")),
 					statecheck.ExpectKnownValue(topic, tfjsonpath.New("mirror"), knownvalue.StringExact("dr")),
@@ -412,14 +413,14 @@ func TestAccClusterMirror_lifecycle(t *testing.T) {
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					PreApply: []plancheck.PlanCheck{
 						plancheck.ExpectResourceAction(mirror, plancheck.ResourceActionUpdate),
-						plancheck.ExpectKnownValue(mirror, tfjsonpath.New("topic_config_exclude"), strList(topics.DefaultExclude()...)),
+						plancheck.ExpectKnownValue(mirror, tfjsonpath.New("topic_config_exclude"), strList(mirrorspec.DefaultTopicConfigExclude()...)),
 					},
 					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
 				},
 				ConfigStateChecks: []statecheck.StateCheck{
-					statecheck.ExpectKnownValue(mirror, tfjsonpath.New("topic_config_exclude"), strList(topics.DefaultExclude()...)),
+					statecheck.ExpectKnownValue(mirror, tfjsonpath.New("topic_config_exclude"), strList(mirrorspec.DefaultTopicConfigExclude()...)),
 				},
-				Check: e.checkExclude("dr", topics.DefaultExclude()),
+				Check: e.checkExclude("dr", mirrorspec.DefaultTopicConfigExclude()),
 			},
 			{
 				// The update restarted the mirror: let it settle and read

@@ -25,6 +25,7 @@ type mirrorTopicDataModel struct {
 	Partitions       types.List   `tfsdk:"partitions"`
 	MaxLag           types.Int64  `tfsdk:"max_lag"`
 	Reason           types.String `tfsdk:"reason"`
+	ReasonCode       types.String `tfsdk:"reason_code"`
 	ReadOnlyEnforced types.Bool   `tfsdk:"read_only_enforced"`
 	DivergentTopic   types.String `tfsdk:"divergent_topic"`
 	DivergentRecords types.Int64  `tfsdk:"divergent_records"`
@@ -47,12 +48,13 @@ func (d *mirrorTopicDataSource) Schema(_ context.Context, _ datasource.SchemaReq
 		Description: "One mirror topic's partitions, offsets, lag and states, read at every plan. " +
 			"Prefer it over the kafka_mirror_topic resource's computed values for outputs, checks and alerts.",
 		Attributes: map[string]schema.Attribute{
-			"mirror":     schema.StringAttribute{Required: true, Description: "Name of the mirror.", Validators: []validator.String{mirrorNameValidator}},
-			"topic":      schema.StringAttribute{Required: true, Description: "Name of the topic.", Validators: []validator.String{topicNameValidator}},
-			"id":         schema.StringAttribute{Computed: true, Description: "`MIRROR/TOPIC`."},
-			"partitions": schema.ListAttribute{Computed: true, ElementType: partitionObjectType, Description: pd},
-			"max_lag":    schema.Int64Attribute{Computed: true, Description: ld},
-			"reason":     schema.StringAttribute{Computed: true, Description: rd},
+			"mirror":      schema.StringAttribute{Required: true, Description: "Name of the mirror.", Validators: []validator.String{mirrorNameValidator}},
+			"topic":       schema.StringAttribute{Required: true, Description: "Name of the topic.", Validators: []validator.String{topicNameValidator}},
+			"id":          schema.StringAttribute{Computed: true, Description: "`MIRROR/TOPIC`."},
+			"partitions":  schema.ListAttribute{Computed: true, ElementType: partitionObjectType, Description: pd},
+			"max_lag":     schema.Int64Attribute{Computed: true, Description: ld},
+			"reason":      schema.StringAttribute{Computed: true, Description: rd},
+			"reason_code": schema.StringAttribute{Computed: true, Description: reasonCodeDescription},
 			"state": schema.StringAttribute{Computed: true, Description: "The topic's state: `mirroring`, `paused`, `stopped` (by a failover stop), " +
 				"`promoted` (stopped by a promote), or `stopping`, `failed` or `mixed` (partitions in different states) while it is none of these."},
 			"read_only_enforced": schema.BoolAttribute{Computed: true, Description: rod},
@@ -88,6 +90,7 @@ func (d *mirrorTopicDataSource) Read(ctx context.Context, req datasource.ReadReq
 	resp.Diagnostics.Append(diags...)
 	cfg.ID = types.StringValue(topicID(mirror, t.Name))
 	cfg.State, cfg.Partitions, cfg.MaxLag, cfg.Reason, cfg.ReadOnlyEnforced = f.State, f.Partitions, f.MaxLag, f.Reason, f.ReadOnlyEnforced
+	cfg.ReasonCode = f.ReasonCode
 	cfg.DivergentTopic, cfg.DivergentRecords = f.DivergentTopic, f.DivergentRecords
 	resp.Diagnostics.Append(resp.State.Set(ctx, &cfg)...)
 }

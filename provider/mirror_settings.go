@@ -25,9 +25,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/kmirror/kmirror/agent/metasync"
-	"github.com/kmirror/kmirror/agent/topics"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 // The attributes of the settings.
@@ -43,11 +42,11 @@ const (
 
 // configAttribute is the typed attribute of each KIP-1279 config key.
 var configAttribute = map[string]string{
-	mirrorapi.ConfigTopicPropertiesExclude:    attrTopicConfigExclude,
-	mirrorapi.ConfigGroupsInclude:             attrGroupsInclude,
-	mirrorapi.ConfigGroupsExclude:             attrGroupsExclude,
-	mirrorapi.ConfigACLInclude:                attrACLInclude,
-	mirrorapi.ConfigMetadataRefreshIntervalMs: attrRefreshInterval,
+	mirrorspec.ConfigTopicPropertiesExclude:    attrTopicConfigExclude,
+	mirrorspec.ConfigGroupsInclude:             attrGroupsInclude,
+	mirrorspec.ConfigGroupsExclude:             attrGroupsExclude,
+	mirrorspec.ConfigACLInclude:                attrACLInclude,
+	mirrorspec.ConfigMetadataRefreshIntervalMs: attrRefreshInterval,
 }
 
 // listSetting is one list setting: its attribute, the config key that can
@@ -62,22 +61,22 @@ type listSetting struct {
 }
 
 var listSettings = []listSetting{
-	{attrTopicConfigExclude, mirrorapi.ConfigTopicPropertiesExclude,
+	{attrTopicConfigExclude, mirrorspec.ConfigTopicPropertiesExclude,
 		func(m *clusterMirrorModel) *types.List { return &m.TopicConfigExclude },
 		func(s *mirrorapi.MirrorSpec) *[]string { return &s.TopicConfigExclude },
-		func(m mirrorapi.Mirror) []string { return m.TopicConfigExclude }, topics.DefaultExclude},
-	{attrGroupsInclude, mirrorapi.ConfigGroupsInclude,
+		func(m mirrorapi.Mirror) []string { return m.TopicConfigExclude }, mirrorspec.DefaultTopicConfigExclude},
+	{attrGroupsInclude, mirrorspec.ConfigGroupsInclude,
 		func(m *clusterMirrorModel) *types.List { return &m.GroupsInclude },
 		func(s *mirrorapi.MirrorSpec) *[]string { return &s.GroupsInclude },
-		func(m mirrorapi.Mirror) []string { return m.GroupsInclude }, func() []string { return slices.Clone(metasync.DefaultGroupsInclude) }},
-	{attrGroupsExclude, mirrorapi.ConfigGroupsExclude,
+		func(m mirrorapi.Mirror) []string { return m.GroupsInclude }, mirrorspec.DefaultGroupsInclude},
+	{attrGroupsExclude, mirrorspec.ConfigGroupsExclude,
 		func(m *clusterMirrorModel) *types.List { return &m.GroupsExclude },
 		func(s *mirrorapi.MirrorSpec) *[]string { return &s.GroupsExclude },
 		func(m mirrorapi.Mirror) []string { return m.GroupsExclude }, func() []string { return []string{} }},
-	{attrACLInclude, mirrorapi.ConfigACLInclude,
+	{attrACLInclude, mirrorspec.ConfigACLInclude,
 		func(m *clusterMirrorModel) *types.List { return &m.ACLInclude },
 		func(s *mirrorapi.MirrorSpec) *[]string { return &s.ACLInclude },
-		func(m mirrorapi.Mirror) []string { return m.ACLInclude }, func() []string { return slices.Clone(metasync.DefaultACLInclude) }},
+		func(m mirrorapi.Mirror) []string { return m.ACLInclude }, mirrorspec.DefaultACLInclude},
 	{attrTopicRegex, "",
 		func(m *clusterMirrorModel) *types.List { return &m.TopicRegex },
 		func(s *mirrorapi.MirrorSpec) *[]string { return &s.TopicRegex },
@@ -178,7 +177,7 @@ func configMap(ctx context.Context, cfg tfsdk.Config) (kv map[string]string, unk
 // one translation of the KIP's names, shared with the CLI).
 func fromConfig(key, value string) (mirrorapi.MirrorSpec, error) {
 	var spec mirrorapi.MirrorSpec
-	err := mirrorapi.ApplyConfig(&spec, map[string]string{key: value})
+	err := mirrorspec.ApplyConfig(&spec, map[string]string{key: value})
 	return spec, err
 }
 
@@ -235,7 +234,7 @@ func (intervalPlan) PlanModifyString(ctx context.Context, req planmodifier.Strin
 	}
 	kv, unknown, all, d := configMap(ctx, req.Config)
 	resp.Diagnostics.Append(d...)
-	key := mirrorapi.ConfigMetadataRefreshIntervalMs
+	key := mirrorspec.ConfigMetadataRefreshIntervalMs
 	switch v, ok := kv[key]; {
 	case all || unknown[key]:
 		resp.PlanValue = types.StringUnknown()
@@ -268,8 +267,8 @@ func parseInterval(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a duration: give a number with a unit, such as 30s, 1m or 500ms", s)
 	case d%time.Millisecond != 0:
 		return 0, fmt.Errorf("%q is not a whole number of milliseconds", s)
-	case d < mirrorapi.MinMetadataRefreshIntervalMs*time.Millisecond:
-		return 0, fmt.Errorf("%q is below the agent's minimum of %dms; leave it out for the agent's default", s, mirrorapi.MinMetadataRefreshIntervalMs)
+	case d < mirrorspec.MinMetadataRefreshIntervalMs*time.Millisecond:
+		return 0, fmt.Errorf("%q is below the agent's minimum of %dms; leave it out for the agent's default", s, mirrorspec.MinMetadataRefreshIntervalMs)
 	}
 	return d.Milliseconds(), nil
 }
@@ -277,7 +276,7 @@ func parseInterval(s string) (int64, error) {
 type durationValidator struct{}
 
 func (durationValidator) Description(context.Context) string {
-	return fmt.Sprintf("a Go duration of at least %dms, in whole milliseconds", mirrorapi.MinMetadataRefreshIntervalMs)
+	return fmt.Sprintf("a Go duration of at least %dms, in whole milliseconds", mirrorspec.MinMetadataRefreshIntervalMs)
 }
 
 func (v durationValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
@@ -353,9 +352,9 @@ func validateSettings(ctx context.Context, cfg tfsdk.Config) (diags diag.Diagnos
 			continue
 		}
 		if attr == attrRefreshInterval {
-			if spec.MetadataRefreshIntervalMs < mirrorapi.MinMetadataRefreshIntervalMs {
+			if spec.MetadataRefreshIntervalMs < mirrorspec.MinMetadataRefreshIntervalMs {
 				diags.AddAttributeError(at, "Invalid mirror config", fmt.Sprintf("config: %s: %d is below the agent's minimum of %d; leave it out for the agent's default.",
-					k, spec.MetadataRefreshIntervalMs, mirrorapi.MinMetadataRefreshIntervalMs))
+					k, spec.MetadataRefreshIntervalMs, mirrorspec.MinMetadataRefreshIntervalMs))
 			}
 			continue
 		}
@@ -372,20 +371,19 @@ func validateSettings(ctx context.Context, cfg tfsdk.Config) (diags diag.Diagnos
 	if _, ok := from[attrGroupsInclude]; !ok {
 		groupsInclude = nil // the default, or not known yet
 	}
-	if _, err := metasync.NewFilter(groupsInclude, values[attrGroupsExclude]); err != nil {
+	if _, err := mirrorspec.NewGroupFilter(groupsInclude, values[attrGroupsExclude]); err != nil {
 		at, name := from[attrGroupsInclude], attrGroupsInclude
 		if strings.HasPrefix(err.Error(), "groups_exclude") {
 			at, name = from[attrGroupsExclude], attrGroupsExclude
 		}
-		diags.AddAttributeError(at, "Invalid "+name, name+": "+strings.TrimPrefix(strings.TrimPrefix(err.Error(), "groups_include: "), "groups_exclude: ")+
-			"; use Go (RE2) regular expressions matching whole group ids.")
+		diags.AddAttributeError(at, "Invalid "+name, name+": "+strings.TrimPrefix(strings.TrimPrefix(err.Error(), "groups_include: "), "groups_exclude: ")+".")
 	}
 	if rules, ok := values[attrACLInclude]; ok {
-		if _, err := metasync.ParseACLRules(attrACLInclude, rules); err != nil {
+		if _, err := mirrorspec.ParseACLRules(attrACLInclude, rules); err != nil {
 			diags.AddAttributeError(from[attrACLInclude], "Invalid "+attrACLInclude, err.Error()+".")
 		}
 	}
-	if errs := topics.ValidateRegex(values[attrTopicRegex]); len(errs) > 0 {
+	if errs := mirrorspec.ValidateTopicRegex(values[attrTopicRegex]); len(errs) > 0 {
 		diags.AddAttributeError(from[attrTopicRegex], "Invalid "+attrTopicRegex, strings.Join(errs, "; ")+".")
 	}
 	return diags

@@ -3,7 +3,6 @@ package provider
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 
@@ -12,20 +11,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/kmirror/kmirror/internal/mirrorapi"
-)
-
-// The agent's naming rules (agent/coordinator MirrorSpec.Validate), checked
-// at plan time too.
-var (
-	mirrorNameRE = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,200}$`)
-	topicNameRE  = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
-	hostPortRE   = regexp.MustCompile(`^[^\s:]+:[0-9]{1,5}$|^\[[0-9a-fA-F:.]+\]:[0-9]{1,5}$`)
-)
-
-const (
-	mirrorNameRule = "use 1 to 200 letters, digits, '.', '_' or '-'"
-	topicNameRule  = "use 1 to 249 letters, digits, '.', '_' or '-' (not \".\", \"..\" or an internal \"__\" name)"
-	hostPortRule   = "give HOST:PORT of a source broker, such as kafka-1.example:9092"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 // partitionAttrTypes is one element of a topic's computed partitions list.
@@ -128,6 +114,7 @@ type topicFigures struct {
 	Partitions       types.List
 	MaxLag           types.Int64
 	Reason           types.String
+	ReasonCode       types.String
 	ReadOnlyEnforced types.Bool
 	// DivergentTopic and DivergentRecords are where a failback with
 	// recreate put the records the destination took after the last
@@ -173,13 +160,34 @@ func flattenTopic(t mirrorapi.Topic) (topicFigures, diag.Diagnostics) {
 	diags.Append(d...)
 	f := topicFigures{
 		State: types.StringValue(state), Partitions: list, MaxLag: types.Int64Value(maxLag),
-		Reason: types.StringValue(strings.Join(reasons, "; ")), ReadOnlyEnforced: types.BoolValue(t.ReadOnlyEnforced),
-		DivergentTopic: types.StringValue(""), DivergentRecords: types.Int64Value(0),
+		Reason: types.StringValue(strings.Join(reasons, "; ")), ReasonCode: types.StringValue(string(topicReasonCode(t.ErrorCode, ps))),
+		ReadOnlyEnforced: types.BoolValue(t.ReadOnlyEnforced),
+		DivergentTopic:   types.StringValue(""), DivergentRecords: types.Int64Value(0),
 	}
 	if t.Failback != nil {
 		f.DivergentTopic, f.DivergentRecords = types.StringValue(t.Failback.DivergentTopic), types.Int64Value(t.Failback.DivergentRecords)
 	}
 	return f, diags
+}
+
+// topicReasonCode is the code kafka_mirror_topic's reason_code shows: the
+// topic error's (errCode), else that of the first FAILED partition of ps
+// with one, else that of the first partition with one; "" when none has.
+func topicReasonCode(errCode mirrorapi.ReasonCode, ps []mirrorapi.Partition) mirrorapi.ReasonCode {
+	if errCode != "" {
+		return errCode
+	}
+	var first mirrorapi.ReasonCode
+	for _, p := range ps {
+		switch {
+		case p.ReasonCode == "":
+		case p.State == mirrorapi.StateFailed:
+			return p.ReasonCode
+		case first == "":
+			first = p.ReasonCode
+		}
+	}
+	return first
 }
 
 // findTopic returns topic of mirror m.
@@ -229,16 +237,14 @@ func parseTopicID(id string) (mirror, topic string, err error) {
 		return "", "", fmt.Errorf("%q has no '/': expected MIRROR/TOPIC, such as dr/orders", id)
 	case strings.Contains(topic, "/"):
 		return "", "", fmt.Errorf("%q has more than one '/': expected MIRROR/TOPIC (mirror and topic names cannot contain '/')", id)
-	case !mirrorNameRE.MatchString(mirror):
-		return "", "", fmt.Errorf("%q: mirror name %q is not valid (%s); expected MIRROR/TOPIC", id, mirror, mirrorNameRule)
-	case !validTopic(topic):
-		return "", "", fmt.Errorf("%q: topic name %q is not valid (%s); expected MIRROR/TOPIC", id, topic, topicNameRule)
+	}
+	if err := mirrorspec.CheckMirrorName(mirror); err != nil {
+		return "", "", fmt.Errorf("%q: mirror name %w; expected MIRROR/TOPIC", id, err)
+	}
+	if err := mirrorspec.CheckTopicName(topic); err != nil {
+		return "", "", fmt.Errorf("%q: topic name %w; expected MIRROR/TOPIC", id, err)
 	}
 	return mirror, topic, nil
-}
-
-func validTopic(t string) bool {
-	return topicNameRE.MatchString(t) && t != "." && t != ".." && !strings.HasPrefix(t, "__")
 }
 
 func topicID(mirror, topic string) string { return mirror + "/" + topic }

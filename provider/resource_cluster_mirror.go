@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 var (
@@ -67,7 +68,7 @@ func (r *clusterMirrorResource) Schema(_ context.Context, _ resource.SchemaReque
 			// Required attributes
 			"name": schema.StringAttribute{
 				Required:      true,
-				Description:   "Name of the mirror (" + mirrorNameRule + "). Changing it replaces the mirror.",
+				Description:   "Name of the mirror (" + mirrorspec.MirrorNameRule + "). Changing it replaces the mirror.",
 				Validators:    []validator.String{mirrorNameValidator},
 				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},
@@ -222,9 +223,9 @@ func (r *clusterMirrorResource) Delete(ctx context.Context, req resource.DeleteR
 }
 
 func (r *clusterMirrorResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
-	if !mirrorNameRE.MatchString(req.ID) {
+	if mirrorspec.CheckMirrorName(req.ID) != nil {
 		resp.Diagnostics.AddError("Invalid import ID for kafka_cluster_mirror",
-			fmt.Sprintf("%q is not a mirror name (%s). Import a mirror by its name, such as: terraform import kafka_cluster_mirror.dr dr", req.ID, mirrorNameRule))
+			fmt.Sprintf("%q is not a mirror name (%s). Import a mirror by its name, such as: terraform import kafka_cluster_mirror.dr dr", req.ID, mirrorspec.MirrorNameRule))
 		return
 	}
 	resource.ImportStatePassthroughID(ctx, path.Root("name"), req, resp)

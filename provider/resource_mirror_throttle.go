@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
 
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 var (
@@ -212,9 +213,9 @@ func (r *mirrorThrottleResource) Delete(ctx context.Context, req resource.Delete
 }
 
 func (r *mirrorThrottleResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
-	if !mirrorNameRE.MatchString(req.ID) {
+	if mirrorspec.CheckMirrorName(req.ID) != nil {
 		resp.Diagnostics.AddError("Invalid import ID for kafka_mirror_throttle",
-			fmt.Sprintf("%q is not a mirror name (%s). Import a throttle by its mirror's name, such as: terraform import kafka_mirror_throttle.dr dr", req.ID, mirrorNameRule))
+			fmt.Sprintf("%q is not a mirror name (%s). Import a throttle by its mirror's name, such as: terraform import kafka_mirror_throttle.dr dr", req.ID, mirrorspec.MirrorNameRule))
 		return
 	}
 	resource.ImportStatePassthroughID(ctx, path.Root("mirror"), req, resp)

@@ -23,6 +23,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/reason"
 )
 
 var (
@@ -59,6 +60,7 @@ type mirrorTopicModel struct {
 	Partitions       types.List     `tfsdk:"partitions"`
 	MaxLag           types.Int64    `tfsdk:"max_lag"`
 	Reason           types.String   `tfsdk:"reason"`
+	ReasonCode       types.String   `tfsdk:"reason_code"`
 	ReadOnlyEnforced types.Bool     `tfsdk:"read_only_enforced"`
 	Failback         types.Bool     `tfsdk:"failback"`
 	Recreate         types.Bool     `tfsdk:"recreate"`
@@ -85,6 +87,13 @@ func topicFiguresDescriptions() (partitions, maxLag, reason, readOnly string) {
 		"Whether the destination topic is read-only for everyone but the agent (a DENY WRITE ACL for `User:*`). " +
 			"False without an authorizer on the destination, when the agent is not a super user there, and once the topic is stopped."
 }
+
+// reasonCodeDescription is reason_code's description, shared with the data
+// source.
+const reasonCodeDescription = "Stable code of `reason`, for conditions, checks and alerts (`reason` is for people and may be reworded): " +
+	"the topic's error code when it has one, else the code of its lowest-numbered failed partition, else that of its " +
+	"lowest-numbered partition whose reason has one; empty when there is none. Codes such as `FOREIGN_WRITE`, " +
+	"`SOURCE_TOPIC_MISSING` or `PROMOTE_TIMED_OUT` never change meaning; the troubleshooting guide has a section for each."
 
 const stateDescription = "Desired state of the topic: `mirroring` (the default), `paused` (mirroring halts and keeps its position; " +
 	"the destination topic stays read-only), `stopped` (failover: mirroring ends at once, the source reachable or not; " +
@@ -167,6 +176,7 @@ func (r *mirrorTopicResource) Schema(ctx context.Context, _ resource.SchemaReque
 			},
 			"max_lag":            schema.Int64Attribute{Computed: true, Description: ld},
 			"reason":             schema.StringAttribute{Computed: true, Description: rd},
+			"reason_code":        schema.StringAttribute{Computed: true, Description: reasonCodeDescription},
 			"read_only_enforced": schema.BoolAttribute{Computed: true, Description: rod},
 		},
 		Blocks: map[string]schema.Block{
@@ -376,6 +386,7 @@ func setTopic(model *mirrorTopicModel, mirror string, t mirrorapi.Topic) diag.Di
 	model.Topic = types.StringValue(t.Name)
 	model.State = f.State
 	model.Partitions, model.MaxLag, model.Reason, model.ReadOnlyEnforced = f.Partitions, f.MaxLag, f.Reason, f.ReadOnlyEnforced
+	model.ReasonCode = f.ReasonCode
 	model.DivergentTopic, model.DivergentRecords = f.DivergentTopic, f.DivergentRecords
 	return diags
 }
@@ -545,7 +556,7 @@ func stuck(t mirrorapi.Topic, state string) string {
 		switch {
 		case p.State == mirrorapi.StateFailed && state != topicStopped:
 			return fmt.Sprintf("Partition %d failed: %s. Set state to \"mirroring\" to recover it, or to \"stopped\" to fail over.", p.Partition, p.Reason)
-		case state == topicPromoted && p.State == mirrorapi.StateMirroring && strings.Contains(p.Reason, "promote timed out"):
+		case state == topicPromoted && p.State == mirrorapi.StateMirroring && p.ReasonCode == reason.PromoteTimedOut:
 			return fmt.Sprintf("Partition %d: %s. Run terraform apply again to retry the promote, or set state to \"stopped\" to fail over at once.", p.Partition, p.Reason)
 		case state == topicPromoted && p.State == mirrorapi.StateStopped && p.StopMode == mirrorapi.StopModeFailover:
 			return fmt.Sprintf("Partition %d was stopped by a failover stop, not a promote (records not mirrored then stay on the source only). Set state to \"stopped\".", p.Partition)

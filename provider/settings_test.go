@@ -9,7 +9,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
 	"github.com/hashicorp/terraform-plugin-go/tftypes"
 
-	"github.com/kmirror/kmirror/agent/topics"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 func strMap(kv map[string]string) tftypes.Value {
@@ -148,7 +148,7 @@ func TestMirrorSettingsPlan(t *testing.T) {
 		attr string
 		want []string
 	}{
-		{plain, "topic_config_exclude", topics.DefaultExclude()},
+		{plain, "topic_config_exclude", mirrorspec.DefaultTopicConfigExclude()},
 		{plain, "consumer_groups_include", []string{".*"}},
 		{plain, "consumer_groups_exclude", []string{}},
 		{plain, "acl_include", []string{"*"}},

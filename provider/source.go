@@ -13,9 +13,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/kmirror/kmirror/agent/kafkaconn"
-	"github.com/kmirror/kmirror/agent/secrets"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 // A mirror's source connection in kafka_cluster_mirror: bootstrap servers,
@@ -94,15 +93,14 @@ func sourceAttribute() schema.SingleNestedAttribute {
 			},
 			"security_protocol": str("`PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL` (Kafka's `security.protocol`). "+
 				"Unset, it follows from `sasl` and `tls`: both give `SASL_SSL`.",
-				stringvalidator.OneOf(kafkaconn.Plaintext, kafkaconn.SSL, kafkaconn.SASLPlaintext, kafkaconn.SASLSSL)),
+				stringvalidator.OneOf(mirrorspec.SecurityProtocols()...)),
 			"sasl": schema.SingleNestedAttribute{
 				Optional:    true,
 				Description: "SASL authentication to the source.",
 				Attributes: map[string]schema.Attribute{
 					"mechanism": schema.StringAttribute{Required: true,
 						Description: "`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512` or `OAUTHBEARER`.",
-						Validators: []validator.String{stringvalidator.OneOf(kafkaconn.MechPlain, kafkaconn.MechScramSHA256,
-							kafkaconn.MechScramSHA512, kafkaconn.MechOAuthBearer)}},
+						Validators:  []validator.String{stringvalidator.OneOf(mirrorspec.Mechanisms()...)}},
 					"username":            str("User name (PLAIN, SCRAM)."),
 					"password":            ref("Password (PLAIN, SCRAM) as a reference; a literal password goes in `password_wo`"),
 					"password_wo":         wo("Password (PLAIN, SCRAM), write-only (Terraform or OpenTofu 1.11 and later): sent to the agent, which keeps it encrypted, and never stored in the Terraform state. The agent needs a `secret_key_file`."),
@@ -234,7 +232,7 @@ func secretString(v string, prior types.String) types.String {
 
 // validateSource checks the configured source at plan time: references
 // only in the sensitive attributes, a secret given once, and what the agent
-// would refuse (kafkaconn.Validate), each at its attribute.
+// would refuse (mirrorspec.ValidateSource), each at its attribute.
 func validateSource(ctx context.Context, s *sourceModel) diag.Diagnostics {
 	var diags diag.Diagnostics
 	if s == nil {
@@ -242,7 +240,7 @@ func validateSource(ctx context.Context, s *sourceModel) diag.Diagnostics {
 	}
 	root := path.Root("source")
 	refOnly := func(p path.Path, v types.String, wo string) {
-		if v.IsNull() || v.IsUnknown() || secrets.IsReference(v.ValueString()) {
+		if v.IsNull() || v.IsUnknown() || mirrorspec.IsReference(v.ValueString()) {
 			return
 		}
 		fix := "give a reference the agent resolves, ${env:NAME} or ${file:PATH:KEY}"
@@ -274,7 +272,7 @@ func validateSource(ctx context.Context, s *sourceModel) diag.Diagnostics {
 	}
 	src, d := s.toAPI(ctx)
 	diags.Append(d...)
-	for _, msg := range kafkaconn.Validate("source", src) {
+	for _, msg := range mirrorspec.ValidateSource("source", src) {
 		field, why, _ := strings.Cut(msg, ": ")
 		p := root
 		for _, step := range strings.Split(field, ".")[1:] {

@@ -5,22 +5,25 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
-// nameValidator checks a string against one of the agent's naming rules,
-// so that a bad name fails at plan time with the rule spelled out.
+// nameValidator checks a string against one of the agent's naming rules
+// (mirrorspec's), so that a bad name fails at plan time with the agent's
+// message.
 type nameValidator struct {
 	what  string
 	rule  string
-	valid func(string) bool
+	check func(string) error
 }
 
 var (
 	_ validator.String = nameValidator{}
 
-	mirrorNameValidator = nameValidator{what: "mirror name", rule: mirrorNameRule, valid: mirrorNameRE.MatchString}
-	topicNameValidator  = nameValidator{what: "topic name", rule: topicNameRule, valid: validTopic}
-	hostPortValidator   = nameValidator{what: "bootstrap server", rule: hostPortRule, valid: hostPortRE.MatchString}
+	mirrorNameValidator = nameValidator{what: "mirror name", rule: mirrorspec.MirrorNameRule, check: mirrorspec.CheckMirrorName}
+	topicNameValidator  = nameValidator{what: "topic name", rule: mirrorspec.TopicNameRule + ", not an internal \"__\" name", check: mirrorspec.CheckTopicName}
+	hostPortValidator   = nameValidator{what: "bootstrap server", rule: mirrorspec.BootstrapServerRule, check: mirrorspec.CheckBootstrapServer}
 )
 
 func (v nameValidator) Description(context.Context) string {
@@ -33,7 +36,7 @@ func (v nameValidator) ValidateString(_ context.Context, req validator.StringReq
 	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
 		return
 	}
-	if s := req.ConfigValue.ValueString(); !v.valid(s) {
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid "+v.what, fmt.Sprintf("%q is not a valid %s: %s.", s, v.what, v.rule))
+	if err := v.check(req.ConfigValue.ValueString()); err != nil {
+		resp.Diagnostics.AddAttributeError(req.Path, "Invalid "+v.what, err.Error()+".")
 	}
 }

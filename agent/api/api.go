@@ -26,6 +26,7 @@ import (
 	"github.com/kmirror/kmirror/agent/coordinator"
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 //go:embed openapi.json
@@ -37,9 +38,10 @@ const maxBody = 1 << 20
 // Backend is what the API needs of the coordinator.
 type Backend interface {
 	Describe() []coordinator.MirrorStatus
-	Mirrors() []coordinator.MirrorSpec
-	Create(ctx context.Context, spec coordinator.MirrorSpec) error
-	Update(ctx context.Context, spec coordinator.MirrorSpec) error
+	Mirrors() []mirrorspec.Spec
+	Create(ctx context.Context, spec mirrorspec.Spec) error
+	// Update merges the fields partial gives into mirror name's spec.
+	Update(ctx context.Context, name string, partial mirrorspec.Spec) error
 	AddTopics(ctx context.Context, name string, topics []string) error
 	Delete(ctx context.Context, name string, force bool) error
 	PauseTopics(ctx context.Context, name string, topics []string) error
@@ -335,9 +337,7 @@ func (s *Server) create(b Backend, w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &in) {
 		return
 	}
-	// The two specs have the same fields: a conversion, not a field-by-field
-	// copy that drops a setting when one is added to both but not here.
-	spec := coordinator.MirrorSpec(in)
+	spec := in
 	if err := b.Create(r.Context(), spec); err != nil {
 		s.fail(w, err)
 		return
@@ -358,43 +358,8 @@ func (s *Server) update(b Backend, w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, mirrorapi.CodeInvalidRequest, fmt.Sprintf("name: %q differs from the mirror in the path, %q; a mirror cannot be renamed", in.Name, name))
 		return
 	}
-	var spec coordinator.MirrorSpec
-	found := false
-	for _, m := range b.Mirrors() {
-		if m.Name == name {
-			spec, found = m, true
-		}
-	}
-	if !found {
-		writeError(w, http.StatusNotFound, mirrorapi.CodeMirrorNotFound, fmt.Sprintf("name: no mirror named %q", name))
-		return
-	}
-	// A field left out keeps its value.
-	if in.Source.BootstrapServers != nil {
-		spec.Source = in.Source
-	}
-	if in.Topics != nil {
-		spec.Topics = in.Topics
-	}
-	if in.TopicConfigExclude != nil {
-		spec.TopicConfigExclude = in.TopicConfigExclude
-	}
-	if in.TopicRegex != nil {
-		spec.TopicRegex = in.TopicRegex
-	}
-	if in.GroupsInclude != nil {
-		spec.GroupsInclude = in.GroupsInclude
-	}
-	if in.GroupsExclude != nil {
-		spec.GroupsExclude = in.GroupsExclude
-	}
-	if in.ACLInclude != nil {
-		spec.ACLInclude = in.ACLInclude
-	}
-	if in.MetadataRefreshIntervalMs != 0 {
-		spec.MetadataRefreshIntervalMs = in.MetadataRefreshIntervalMs
-	}
-	if err := b.Update(r.Context(), spec); err != nil {
+	// The coordinator merges the fields given into the mirror's spec.
+	if err := b.Update(r.Context(), name, in); err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -608,7 +573,7 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusConflict, mirrorapi.CodeMirrorAlreadyExists, err.Error())
 	case errors.Is(err, coordinator.ErrMirrorHasTopics):
 		writeError(w, http.StatusConflict, mirrorapi.CodeMirrorHasTopics, "force: "+err.Error())
-	case errors.Is(err, coordinator.ErrTopicMirrored):
+	case errors.Is(err, mirrorspec.ErrTopicMirrored):
 		writeError(w, http.StatusConflict, mirrorapi.CodeTopicAlreadyMirrored, err.Error())
 	default:
 		s.log.Error("API request failed", "error", err)

@@ -23,6 +23,7 @@ import (
 	"github.com/kmirror/kmirror/agent/coordinator"
 	"github.com/kmirror/kmirror/agent/coordinator/coordinatortest"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
@@ -43,9 +44,9 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{
-		src: devcluster.StartT(t, devcluster.Name("src"), devcluster.Brokers(2),
+		src: devclustertest.Start(t, devcluster.Name("src"), devcluster.Brokers(2),
 			devcluster.KfakeOptions(kfake.SeedTopics(2, "orders"), kfake.SeedTopics(1, "events", "audit", "logs"))),
-		dst: devcluster.StartT(t, devcluster.Name("dst")),
+		dst: devclustertest.Start(t, devcluster.Name("dst")),
 	}
 	e.co = coordinatortest.Start(t, coordinator.Config{
 		Destination:     []kgo.Opt{kgo.SeedBrokers(e.dst.Bootstrap()...)},

@@ -18,6 +18,7 @@ import (
 	"github.com/kmirror/kmirror/agent/coordinator"
 	"github.com/kmirror/kmirror/agent/coordinator/coordinatortest"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
@@ -208,10 +209,10 @@ func quotaRates(t *testing.T, adm *kadm.Client) map[string]float64 {
 // source's user moves the quota, and removal leaves no quota behind.
 func TestThrottleSourceQuotaSASLUser(t *testing.T) {
 	ctx := context.Background()
-	src := devcluster.StartT(t, devcluster.Name("src"), devcluster.SASLUser("admin", "admin-pass"),
+	src := devclustertest.Start(t, devcluster.Name("src"), devcluster.SASLUser("admin", "admin-pass"),
 		devcluster.SASLUser("mirror-a", "pass-a"), devcluster.SASLUser("mirror-b", "pass-b"),
 		devcluster.KfakeOptions(kfake.SeedTopics(1, "orders")))
-	dst := devcluster.StartT(t, devcluster.Name("dst"))
+	dst := devclustertest.Start(t, devcluster.Name("dst"))
 	co := coordinatortest.Start(t, coordinator.Config{Destination: []kgo.Opt{kgo.SeedBrokers(dst.Bootstrap()...)}, RefreshInterval: 200 * time.Millisecond}).Coordinator
 	srv := httptest.NewServer(api.Handler(co, api.Options{}))
 	t.Cleanup(srv.Close)

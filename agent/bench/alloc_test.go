@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/agent/coordinator"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 // allocMB is the source payload of the allocation benchmark.
@@ -52,7 +53,7 @@ func BenchmarkAlloc(b *testing.B) {
 	go func() { _ = co.Run(rctx); close(done) }()
 	defer func() { rcancel(); <-done }()
 	runtime.GC()
-	if err := co.Apply(ctx, coordinator.MirrorSpec{Name: "alloc", Source: coordinator.Source{BootstrapServers: []string{srcBoot}}, Topics: []string{src.topic}}); err != nil {
+	if err := co.Apply(ctx, mirrorspec.Spec{Name: "alloc", Source: mirrorspec.Source{BootstrapServers: []string{srcBoot}}, Topics: []string{src.topic}}); err != nil {
 		b.Fatal(err)
 	}
 	var r result

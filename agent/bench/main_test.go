@@ -22,6 +22,7 @@ import (
 	"github.com/kmirror/kmirror/agent/coordinator"
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 // Shape of the benchmark data, shared by every benchmark.
@@ -212,7 +213,7 @@ func startAgent(ctx context.Context, e *env, stateTopic string, fillers partitio
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { _ = co.Run(rctx); close(done) }()
-	if err := co.Apply(ctx, coordinator.MirrorSpec{Name: "bench", Source: coordinator.Source{BootstrapServers: e.srcBoot}, Topics: topics}); err != nil {
+	if err := co.Apply(ctx, mirrorspec.Spec{Name: "bench", Source: mirrorspec.Source{BootstrapServers: e.srcBoot}, Topics: topics}); err != nil {
 		cancel()
 		<-done
 		co.Close()

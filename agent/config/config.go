@@ -14,15 +14,19 @@ import (
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclparse"
 
-	"github.com/kmirror/kmirror/agent/coordinator"
-	"github.com/kmirror/kmirror/agent/kafkaconn"
 	"github.com/kmirror/kmirror/agent/lease"
-	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 // File is the agent's configuration file.
 type File struct {
-	Destination *Cluster `hcl:"destination,block"`
+	// Destination is how the agent reaches the destination cluster, and
+	// a mirror's source block how it reaches that source: the fields of a
+	// mirror spec's source. Secret values (a SASL password, token or
+	// client secret, a TLS key) may be written as they are or as
+	// references resolved at connect time, $${env:NAME} or
+	// $${file:PATH:KEY} (HCL needs the $ doubled).
+	Destination *mirrorspec.Source `hcl:"destination,block"`
 	// StateTopic is the compacted topic on the destination holding the
 	// agent's state (default __kmirror_state).
 	StateTopic string `hcl:"state_topic,optional"`
@@ -68,68 +72,12 @@ type File struct {
 	Mirrors             []Mirror `hcl:"mirror,block"`
 }
 
-// Cluster is how the agent reaches a Kafka cluster. Secret values (a SASL
-// password, token or client secret, a TLS key) may be written as they are
-// or as references resolved at connect time, $${env:NAME} or
-// $${file:PATH:KEY} (HCL needs the $ doubled).
-type Cluster struct {
-	BootstrapServers []string `hcl:"bootstrap_servers"`
-	// SecurityProtocol is PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL;
-	// left out, it follows from the sasl and tls blocks.
-	SecurityProtocol string `hcl:"security_protocol,optional"`
-	SASL             *SASL  `hcl:"sasl,block"`
-	TLS              *TLS   `hcl:"tls,block"`
-}
-
-// SASL is a cluster's SASL authentication (mirrorapi.SourceSASL).
-type SASL struct {
-	Mechanism     string `hcl:"mechanism"`
-	Username      string `hcl:"username,optional"`
-	Password      string `hcl:"password,optional"`
-	Token         string `hcl:"token,optional"`
-	TokenEndpoint string `hcl:"token_endpoint,optional"`
-	ClientID      string `hcl:"client_id,optional"`
-	ClientSecret  string `hcl:"client_secret,optional"`
-	Scope         string `hcl:"scope,optional"`
-}
-
-// TLS is a cluster's TLS settings (mirrorapi.SourceTLS).
-type TLS struct {
-	CAPEM              string `hcl:"ca_pem,optional"`
-	CAFile             string `hcl:"ca_file,optional"`
-	CertPEM            string `hcl:"cert_pem,optional"`
-	CertFile           string `hcl:"cert_file,optional"`
-	KeyPEM             string `hcl:"key_pem,optional"`
-	KeyFile            string `hcl:"key_file,optional"`
-	InsecureSkipVerify bool   `hcl:"insecure_skip_verify,optional"`
-	ServerName         string `hcl:"server_name,optional"`
-}
-
-// Conn returns the cluster as kafkaconn takes it.
-func (c *Cluster) Conn() mirrorapi.Source {
-	if c == nil {
-		return mirrorapi.Source{}
-	}
-	out := mirrorapi.Source{BootstrapServers: c.BootstrapServers, SecurityProtocol: c.SecurityProtocol}
-	// SASL and TLS have the fields of mirrorapi's types (only the tags
-	// differ): conversions keep the two in step at compile time.
-	if c.SASL != nil {
-		s := mirrorapi.SourceSASL(*c.SASL)
-		out.SASL = &s
-	}
-	if c.TLS != nil {
-		t := mirrorapi.SourceTLS(*c.TLS)
-		out.TLS = &t
-	}
-	return out
-}
-
 // Mirror declares a mirror at start-up (the admin API can add more).
 type Mirror struct {
-	Name               string   `hcl:"name,label"`
-	Source             *Cluster `hcl:"source,block"`
-	Topics             []string `hcl:"topics,optional"`
-	TopicConfigExclude []string `hcl:"topic_config_exclude,optional"`
+	Name               string             `hcl:"name,label"`
+	Source             *mirrorspec.Source `hcl:"source,block"`
+	Topics             []string           `hcl:"topics,optional"`
+	TopicConfigExclude []string           `hcl:"topic_config_exclude,optional"`
 	// TopicRegex mirrors every source topic whose whole name matches one
 	// of these regular expressions (Go RE2), also those created later.
 	TopicRegex []string `hcl:"topic_regex,optional"`
@@ -211,7 +159,7 @@ func (f *File) Check() error {
 		}
 	}
 	if f.Destination != nil {
-		if errs := kafkaconn.Validate("destination", f.Destination.Conn()); len(errs) > 0 {
+		if errs := mirrorspec.ValidateSource("destination", *f.Destination); len(errs) > 0 {
 			return errors.New(strings.Join(errs, "; "))
 		}
 	}
@@ -276,11 +224,11 @@ func (f *File) Lease() (duration, requestTimeout time.Duration) {
 }
 
 // Spec returns the mirror as the coordinator takes it.
-func (m Mirror) Spec() coordinator.MirrorSpec {
-	s := coordinator.MirrorSpec{Name: m.Name, Topics: m.Topics, TopicConfigExclude: m.TopicConfigExclude, TopicRegex: m.TopicRegex,
+func (m Mirror) Spec() mirrorspec.Spec {
+	s := mirrorspec.Spec{Name: m.Name, Topics: m.Topics, TopicConfigExclude: m.TopicConfigExclude, TopicRegex: m.TopicRegex,
 		GroupsInclude: m.GroupsInclude, GroupsExclude: m.GroupsExclude, ACLInclude: m.ACLInclude, MetadataRefreshIntervalMs: m.MetadataRefreshIntervalMs}
 	if m.Source != nil {
-		s.Source = m.Source.Conn()
+		s.Source = *m.Source
 	}
 	return s
 }

@@ -83,7 +83,7 @@ mirror "dr" {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := cfg.Destination.Conn()
+	d := *cfg.Destination
 	if d.SecurityProtocol != "SASL_SSL" || d.SASL.Password != "${file:/etc/kmirror/dst.properties:password}" || d.TLS.ServerName != "kafka.internal" {
 		t.Errorf("destination: %+v %+v %+v", d, d.SASL, d.TLS)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kmirror/kmirror/agent/statestore"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 // The errors of the admin operations; callers match them with errors.Is.
@@ -70,48 +71,42 @@ func (c *Coordinator) existing(name string) (mirrorRecord, error) {
 	return rec, err
 }
 
-// check validates spec and that none of its topics belongs to another mirror.
-func (c *Coordinator) check(spec MirrorSpec) error {
+// check validates spec and that none of its topics belongs to another
+// mirror: the one check of every spec the coordinator applies, whether it
+// comes from the API, the configuration file or topic_regex.
+func (c *Coordinator) check(spec mirrorspec.Spec) error {
 	if err := spec.Validate(); err != nil {
 		return &InvalidSpecError{Err: err}
 	}
-	for _, other := range c.Mirrors() {
-		if other.Name == spec.Name {
-			continue
-		}
-		for _, t := range spec.Topics {
-			if slices.Contains(other.Topics, t) {
-				return fmt.Errorf("topics: %q: %w %q; a destination topic can have one source", t, ErrTopicMirrored, other.Name)
-			}
-		}
-	}
-	return nil
+	return spec.CheckConflicts(c.Mirrors())
 }
 
 // Create makes a new mirror; ErrMirrorExists when the name is taken.
-func (c *Coordinator) Create(ctx context.Context, spec MirrorSpec) error {
+func (c *Coordinator) Create(ctx context.Context, spec mirrorspec.Spec) error {
 	adminMu.Lock()
 	defer adminMu.Unlock()
 	if _, ok, _ := c.record(spec.Name); ok {
 		return fmt.Errorf("name: mirror %q: %w; update it instead", spec.Name, ErrMirrorExists)
 	}
-	if err := c.check(spec); err != nil {
-		return err
-	}
 	return c.Apply(ctx, spec)
 }
 
-// Update replaces an existing mirror's spec. Topics can be added but not
+// Update changes mirror name's spec by the partial spec p (mirrorspec.Spec.Merge:
+// a field p leaves out keeps its value). Topics can be added but not
 // removed (removing a topic from a mirror is a stop, not an update). A new
 // source or config exclude list takes effect at once: the mirror
 // reconnects, and its partitions resume from the destination's log ends.
-func (c *Coordinator) Update(ctx context.Context, spec MirrorSpec) error {
+func (c *Coordinator) Update(ctx context.Context, name string, p mirrorspec.Spec) error {
 	adminMu.Lock()
 	defer adminMu.Unlock()
-	old, err := c.existing(spec.Name)
+	if p.Name != "" && p.Name != name {
+		return invalid("name: %q differs from the mirror updated, %q; a mirror cannot be renamed", p.Name, name)
+	}
+	old, err := c.existing(name)
 	if err != nil {
 		return err
 	}
+	spec := old.Spec.Merge(p)
 	var removed []string
 	for _, t := range old.Spec.Topics {
 		if !slices.Contains(spec.Topics, t) {
@@ -120,9 +115,6 @@ func (c *Coordinator) Update(ctx context.Context, spec MirrorSpec) error {
 	}
 	if len(removed) > 0 {
 		return invalid("topics: %q would be removed from mirror %q; an update can only add topics", removed, spec.Name)
-	}
-	if err := c.check(spec); err != nil {
-		return err
 	}
 	if err := c.Apply(ctx, spec); err != nil {
 		return err

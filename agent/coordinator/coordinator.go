@@ -8,9 +8,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -24,96 +22,15 @@ import (
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/kafkaconn"
 	"github.com/kmirror/kmirror/agent/leaders"
-	"github.com/kmirror/kmirror/agent/metasync"
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/agent/readonly"
 	"github.com/kmirror/kmirror/agent/secrets"
 	"github.com/kmirror/kmirror/agent/statestore"
-	"github.com/kmirror/kmirror/agent/topics"
 	"github.com/kmirror/kmirror/agent/writer"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
+	"github.com/kmirror/kmirror/internal/reason"
 )
-
-// Source is how a mirror reaches its source cluster.
-type Source = mirrorapi.Source
-
-// MirrorSpec is what a user declares for a mirror.
-type MirrorSpec struct {
-	Name   string   `json:"name"`
-	Source Source   `json:"source"`
-	Topics []string `json:"topics"`
-	// TopicConfigExclude is mirror.topic.properties.exclude; nil means the
-	// KIP's default list.
-	TopicConfigExclude []string `json:"topic_config_exclude,omitempty"`
-	// TopicRegex are regular expressions (Go RE2) that match whole source
-	// topic names, like Kafka's mirror.topics.include: matching topics are
-	// added to Topics at every metadata refresh (topics.go).
-	TopicRegex []string `json:"topic_regex,omitempty"`
-	// GroupsInclude and GroupsExclude are mirror.groups.include and
-	// mirror.groups.exclude: whole-id regular expressions of the
-	// consumer groups whose offsets are synced (nil include means ".*",
-	// empty means none; exclude wins).
-	GroupsInclude []string `json:"groups_include"`
-	GroupsExclude []string `json:"groups_exclude,omitempty"`
-	// ACLInclude is mirror.acl.include (metasync.ParseACLRule); nil means
-	// "*", empty syncs no ACLs.
-	ACLInclude []string `json:"acl_include"`
-	// MetadataRefreshIntervalMs is mirror.metadata.refresh.interval.ms;
-	// 0 means Config.RefreshInterval.
-	MetadataRefreshIntervalMs int64 `json:"metadata_refresh_interval_ms,omitempty"`
-}
-
-// minRefreshInterval bounds metadata_refresh_interval_ms from below, so
-// that a typo cannot make the agent hammer both clusters.
-const minRefreshInterval = mirrorapi.MinMetadataRefreshIntervalMs * time.Millisecond
-
-var mirrorName = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,200}$`)
-
-// topicName is Kafka's rule for topic names (legal characters, at most 249).
-var topicName = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
-
-// Validate says what is wrong with a spec, naming the field.
-func (s MirrorSpec) Validate() error {
-	var errs []string
-	if !mirrorName.MatchString(s.Name) {
-		errs = append(errs, fmt.Sprintf("name %q: use 1 to 200 letters, digits, '.', '_' or '-'", s.Name))
-	}
-	if len(s.Source.BootstrapServers) == 0 {
-		errs = append(errs, "source.bootstrap_servers: give at least one HOST:PORT of the source cluster")
-	}
-	errs = append(errs, kafkaconn.Validate("source", s.Source)...)
-	for _, b := range s.Source.BootstrapServers {
-		if i := strings.LastIndexByte(b, ':'); i <= 0 || i == len(b)-1 {
-			errs = append(errs, fmt.Sprintf("source.bootstrap_servers: %q is not HOST:PORT", b))
-		}
-	}
-	seen := map[string]bool{}
-	for _, t := range s.Topics {
-		switch {
-		case !topicName.MatchString(t) || t == "." || t == "..":
-			errs = append(errs, fmt.Sprintf("topics: %q is not a valid Kafka topic name (1 to 249 letters, digits, '.', '_' or '-')", t))
-		case seen[t]:
-			errs = append(errs, fmt.Sprintf("topics: %q is listed twice", t))
-		case strings.HasPrefix(t, "__"):
-			errs = append(errs, fmt.Sprintf("topics: %q is an internal topic and cannot be mirrored", t))
-		}
-		seen[t] = true
-	}
-	errs = append(errs, topics.ValidateRegex(s.TopicRegex)...)
-	if _, err := metasync.NewFilter(s.GroupsInclude, s.GroupsExclude); err != nil {
-		errs = append(errs, err.Error()+"; use a Go (RE2) regular expression matching whole group ids")
-	}
-	if _, err := metasync.ParseACLRules("acl_include", s.ACLInclude); err != nil {
-		errs = append(errs, err.Error())
-	}
-	if ms := s.MetadataRefreshIntervalMs; ms != 0 && time.Duration(ms)*time.Millisecond < minRefreshInterval {
-		errs = append(errs, fmt.Sprintf("metadata_refresh_interval_ms: %d is below the minimum of %d; leave it out for the agent's default", ms, minRefreshInterval.Milliseconds()))
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("invalid mirror %q: %s", s.Name, strings.Join(errs, "; "))
-	}
-	return nil
-}
 
 // Config is what a coordinator runs with.
 type Config struct {
@@ -123,7 +40,7 @@ type Config struct {
 	// SourceOpts turns a mirror's Source into client options; the default
 	// is kafkaconn.Options (bootstrap servers, TLS, SASL, secrets resolved
 	// with SecretBox).
-	SourceOpts func(Source) []kgo.Opt
+	SourceOpts func(mirrorspec.Source) []kgo.Opt
 	// SecretBox seals the literal secrets of mirror sources before the
 	// state topic keeps them, and opens them to connect. Without it, a
 	// literal secret is refused (references are accepted).
@@ -188,7 +105,7 @@ type Coordinator struct {
 
 // mirrorRecord is a mirror as the state topic keeps it.
 type mirrorRecord struct {
-	Spec MirrorSpec `json:"spec"`
+	Spec mirrorspec.Spec `json:"spec"`
 	// ProducerID and Epoch are the idempotent writer of every partition of
 	// the mirror: fixed for its life so that sequences stay deterministic.
 	ProducerID int64     `json:"producer_id"`
@@ -200,6 +117,9 @@ type mirrorRecord struct {
 type partitionRecord struct {
 	State  partition.State `json:"state"`
 	Reason string          `json:"reason,omitempty"`
+	// ReasonCode is Reason's code (package reason); empty in records
+	// written before codes were kept.
+	ReasonCode mirrorapi.ReasonCode `json:"reason_code,omitempty"`
 	// LastMirroredOffset is the last offset mirrored: the destination end
 	// minus one when the partition paused or stopped (KIP-1279's LMO),
 	// the figure last reported otherwise (0 in records written before it
@@ -208,6 +128,24 @@ type partitionRecord struct {
 	// StopMode is how a STOPPING partition stops, to finish the stop
 	// after a restart, and how a STOPPED one stopped (describe shows it).
 	StopMode StopMode `json:"stop_mode,omitempty"`
+}
+
+// legacyRealignFailed is how a record written before reason codes were kept
+// says SourceTopicRecreatedRealignFailed.
+const legacyRealignFailed = "a recover cannot re-align it"
+
+// UnmarshalJSON reads a record. One written before reason codes were kept
+// gets the code that a decision branches on from the message it kept: the
+// one place a message is read for its meaning, and only for old records.
+func (pr *partitionRecord) UnmarshalJSON(b []byte) error {
+	type plain partitionRecord
+	if err := json.Unmarshal(b, (*plain)(pr)); err != nil {
+		return err
+	}
+	if pr.ReasonCode == "" && pr.State == partition.Failed && strings.Contains(pr.Reason, legacyRealignFailed) {
+		pr.ReasonCode = reason.SourceTopicRecreatedRealignFailed
+	}
+	return nil
 }
 
 // topicRecord is what the agent remembers of a mirror topic.
@@ -314,8 +252,8 @@ func (c *Coordinator) Close() {
 }
 
 // Mirrors returns the specs of every persisted mirror, by name.
-func (c *Coordinator) Mirrors() []MirrorSpec {
-	var out []MirrorSpec
+func (c *Coordinator) Mirrors() []mirrorspec.Spec {
+	var out []mirrorspec.Spec
 	for k, v := range c.store.All() {
 		if !strings.HasPrefix(k, "mirror/") {
 			continue
@@ -329,14 +267,10 @@ func (c *Coordinator) Mirrors() []MirrorSpec {
 	return out
 }
 
-// ErrTopicMirrored is returned when a topic is already mirrored by another
-// mirror into the same destination.
-var ErrTopicMirrored = errors.New("topic already mirrored by another mirror")
-
 // Apply creates a mirror, or updates its spec (topics may be added; the
 // source cannot change). It persists the spec before it takes effect.
-func (c *Coordinator) Apply(ctx context.Context, spec MirrorSpec) error {
-	if err := spec.Validate(); err != nil {
+func (c *Coordinator) Apply(ctx context.Context, spec mirrorspec.Spec) error {
+	if err := c.check(spec); err != nil {
 		return err
 	}
 	// Literal secrets reach the state topic, and the running mirror,
@@ -346,18 +280,6 @@ func (c *Coordinator) Apply(ctx context.Context, spec MirrorSpec) error {
 		return &InvalidSpecError{Err: err}
 	}
 	spec.Source = sealed
-	for _, other := range c.Mirrors() {
-		if other.Name == spec.Name {
-			continue
-		}
-		for _, t := range spec.Topics {
-			for _, u := range other.Topics {
-				if t == u {
-					return fmt.Errorf("mirror %q topic %q: %w %q; a destination topic can have one source", spec.Name, t, ErrTopicMirrored, other.Name)
-				}
-			}
-		}
-	}
 	var rec mirrorRecord
 	if v, ok := c.store.Get(mirrorKey(spec.Name)); ok {
 		if err := json.Unmarshal(v, &rec); err != nil {
@@ -401,7 +323,7 @@ func (c *Coordinator) gate() error {
 
 // sourceOpts are the options of every source client of a mirror: its
 // connection, and the client id its source quota names.
-func (c *Coordinator) sourceOpts(spec MirrorSpec) ([]kgo.Opt, error) {
+func (c *Coordinator) sourceOpts(spec mirrorspec.Spec) ([]kgo.Opt, error) {
 	var opts []kgo.Opt
 	if c.cfg.SourceOpts != nil {
 		opts = c.cfg.SourceOpts(spec.Source)

@@ -54,6 +54,7 @@ import (
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/agent/statestore"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 	"github.com/kmirror/kmirror/internal/verify"
 )
 
@@ -123,7 +124,7 @@ type failbackPlan struct {
 // partition mirrors start from. It changes nothing: AddTopicsWith plans
 // every topic of a failback before it applies any, so that a refusal
 // changes nothing.
-func (c *Coordinator) planFailback(ctx context.Context, spec MirrorSpec, topic string, recreate bool) (failbackPlan, error) {
+func (c *Coordinator) planFailback(ctx context.Context, spec mirrorspec.Spec, topic string, recreate bool) (failbackPlan, error) {
 	var none failbackPlan
 	srcOpts, err := c.sourceOpts(spec)
 	if err != nil {

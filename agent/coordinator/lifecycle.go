@@ -21,6 +21,8 @@ import (
 
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/partition"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
+	"github.com/kmirror/kmirror/internal/reason"
 )
 
 // StopMode is how a stop ends mirroring.
@@ -44,7 +46,7 @@ var ErrUnknownTopic = errors.New("unknown topic")
 // FenceRequest is what SourceFence.Fence fences.
 type FenceRequest struct {
 	Mirror string
-	Source Source
+	Source mirrorspec.Source
 	Topics []string
 	// Admin reaches the source as the mirror does: the mirror's own
 	// source client, or one made from the same options when the mirror is
@@ -214,7 +216,7 @@ func (c *Coordinator) lifecycle(ctx context.Context, name string, topics []strin
 				done <- struct{}{}
 			}()
 		case partition.OpResume:
-			m.restartPartition(tg.tp, partitionRecord{State: partition.Initializing, Reason: "resuming from the destination end"}, false)
+			m.restartPartition(tg.tp, stateRecord(partition.Initializing, reason.New(reason.Resuming, "resuming from the destination end")), false)
 		case partition.OpRecover:
 			m.recover(tg.tp)
 		case partition.OpStopFailover:
@@ -455,7 +457,7 @@ func (m *mirror) pause(tp fetcher.TP) {
 	if b, err := rp.pm.DestinationBounds(ctx); err == nil {
 		rp.pm.RestoreOffsets(b.HighWatermark - 1)
 	}
-	rp.pm.Restore(partition.Paused, "")
+	rp.pm.Restore(partition.Paused, reason.Error{})
 	m.persist(tp, partitionRecord{State: partition.Paused, LastMirroredOffset: rp.pm.Status().LastMirrored})
 }
 
@@ -487,7 +489,7 @@ func (m *mirror) restartPartition(tp fetcher.TP, pr partitionRecord, recovering 
 
 func (m *mirror) recover(tp fetcher.TP) {
 	m.log.Info("recovering partition", "partition", tp.String())
-	m.restartPartition(tp, partitionRecord{State: partition.Initializing, Reason: "recovering: re-aligning with the source"}, true)
+	m.restartPartition(tp, stateRecord(partition.Initializing, reason.New(reason.Recovering, "recovering: re-aligning with the source")), true)
 }
 
 // stopFailover moves tp to STOPPING and finishes the stop in the
@@ -497,8 +499,11 @@ func (m *mirror) stopFailover(tp fetcher.TP) {
 	m.stopModes[tp] = StopFailover
 	m.mu.Unlock()
 	rp, stop := m.take(tp)
-	rp.pm.SetStopping("stopping (failover)")
-	m.persist(tp, partitionRecord{State: partition.Stopping, Reason: "stopping (failover)", StopMode: StopFailover, LastMirroredOffset: rp.pm.Status().LastMirrored})
+	r := reason.New(reason.FailoverInProgress, "stopping (failover)")
+	rp.pm.SetStopping(r)
+	pr := stateRecord(partition.Stopping, r)
+	pr.StopMode, pr.LastMirroredOffset = StopFailover, rp.pm.Status().LastMirrored
+	m.persist(tp, pr)
 	m.ops.Add(1)
 	go func() {
 		defer m.ops.Done()
@@ -520,24 +525,28 @@ func (m *mirror) finishStop(tp fetcher.TP, rp *runningPartition, stop context.Ca
 		if m.ctx.Err() != nil {
 			return // the agent stops; it finishes the stop when it starts again
 		}
-		reason := fmt.Sprintf("the %s stop did not complete within %s: %v; stop again (mode failover) to retry", mode, timeout, err)
-		rp.pm.SetStopping(reason)
-		m.persist(tp, partitionRecord{State: partition.Stopping, Reason: reason, StopMode: StopFailover, LastMirroredOffset: rp.pm.Status().LastMirrored})
+		r := reason.New(reason.StopTimedOut, "the %s stop did not complete within %s: %v; stop again (mode failover) to retry", mode, timeout, err)
+		rp.pm.SetStopping(r)
+		pr := stateRecord(partition.Stopping, r)
+		pr.StopMode, pr.LastMirroredOffset = StopFailover, rp.pm.Status().LastMirrored
+		m.persist(tp, pr)
 		m.log.Error("stop failed", "partition", tp.String(), "error", err)
 		return
 	}
 	m.finalGroupSync(ctx, tp) // consumers moving over find the source's last commits
-	reason := ""
+	var r reason.Error
 	if mode == StopPromote {
 		if note := m.fenceNote(tp.Topic); note != "" {
-			reason = "promoted" + note
+			r = reason.Error{Code: reason.SourceNotFenced, Message: "promoted" + note}
 		}
 	}
 	m.mu.Lock()
 	m.stoppedBy[tp] = mode
 	m.mu.Unlock()
-	rp.pm.Restore(partition.Stopped, reason)
-	m.persist(tp, partitionRecord{State: partition.Stopped, Reason: reason, LastMirroredOffset: lmo, StopMode: mode})
+	rp.pm.Restore(partition.Stopped, r)
+	pr := stateRecord(partition.Stopped, r)
+	pr.LastMirroredOffset, pr.StopMode = lmo, mode
+	m.persist(tp, pr)
 	m.mu.Lock()
 	delete(m.stopModes, tp)
 	m.mu.Unlock()
@@ -555,7 +564,8 @@ func (m *mirror) stopPromote(tp fetcher.TP) {
 	rp := m.parts[tp]
 	running := rp != nil && rp.stop != nil
 	m.mu.Unlock()
-	pr := partitionRecord{State: partition.Stopping, Reason: promoteReason + m.fenceNote(tp.Topic), StopMode: StopPromote}
+	pr := stateRecord(partition.Stopping, m.promoteWaiting(tp.Topic, ""))
+	pr.StopMode = StopPromote
 	if running {
 		pr.LastMirroredOffset = rp.pm.Status().LastMirrored
 		m.persist(tp, pr)
@@ -567,11 +577,27 @@ func (m *mirror) stopPromote(tp fetcher.TP) {
 	if rp == nil {
 		rp, _ = m.take(tp)
 	}
-	rp.pm.SetStopping(promoteReason + " (the partition mirror starts again first)" + m.fenceNote(tp.Topic))
+	rp.pm.SetStopping(m.promoteWaiting(tp.Topic, " (the partition mirror starts again first)"))
 	m.restartPartition(tp, pr, false)
 }
 
 const promoteReason = "promote: waiting until the source's last stable offset and the destination end reach the source high watermark"
+
+// promoteWaiting is the reason of a partition a promote of topic waits for:
+// promoteReason, then more, then the fence note.
+func (m *mirror) promoteWaiting(topic, more string) reason.Error {
+	return reason.Error{Code: reason.PromoteInProgress, Message: promoteReason + more + m.fenceNote(topic)}
+}
+
+// stateRecord is a partition record of state s with reason r.
+func stateRecord(s partition.State, r reason.Error) partitionRecord {
+	return partitionRecord{State: s, Reason: r.Message, ReasonCode: r.Code}
+}
+
+// why is the record's reason.
+func (pr partitionRecord) why() reason.Error {
+	return reason.Error{Code: pr.ReasonCode, Message: pr.Reason}
+}
 
 // startPromote waits in the background until pm reaches lag 0, then stops
 // it as failover does.
@@ -584,7 +610,7 @@ func (m *mirror) startPromote(tp fetcher.TP, pm *partition.Mirror) {
 		m.promoteBy[tp] = deadline
 	}
 	m.mu.Unlock()
-	pm.SetStopping(promoteReason + m.fenceNote(tp.Topic))
+	pm.SetStopping(m.promoteWaiting(tp.Topic, ""))
 	m.ops.Add(1)
 	go func() {
 		defer m.ops.Done()
@@ -615,17 +641,19 @@ func (m *mirror) promote(tp fetcher.TP, pm *partition.Mirror, deadline time.Time
 			return
 		}
 		if time.Now().After(deadline) {
-			reason := fmt.Sprintf("promote timed out after %s waiting for %s; the partition keeps mirroring: promote again, or stop with mode failover", m.c.cfg.PromoteTimeout, waitFor)
+			r := reason.New(reason.PromoteTimedOut, "promote timed out after %s waiting for %s; the partition keeps mirroring: promote again, or stop with mode failover", m.c.cfg.PromoteTimeout, waitFor)
 			m.mu.Lock()
 			delete(m.stopModes, tp)
 			delete(m.promoteBy, tp)
 			m.mu.Unlock()
-			pm.ClearStopping(reason)
-			m.persist(tp, partitionRecord{State: partition.Mirroring, Reason: reason, LastMirroredOffset: pm.Status().LastMirrored})
+			pm.ClearStopping(r)
+			pr := stateRecord(partition.Mirroring, r)
+			pr.LastMirroredOffset = pm.Status().LastMirrored
+			m.persist(tp, pr)
 			m.log.Warn("promote timed out", "partition", tp.String(), "waiting_for", waitFor)
 			return
 		}
-		pm.SetStopping("promote: waiting for " + waitFor + m.fenceNote(tp.Topic))
+		pm.SetStopping(reason.Error{Code: reason.PromoteInProgress, Message: "promote: waiting for " + waitFor + m.fenceNote(tp.Topic)})
 		select {
 		case <-m.ctx.Done():
 		case <-time.After(100 * time.Millisecond):
@@ -676,7 +704,9 @@ func (m *mirror) promoteStop(tp fetcher.TP, rp *runningPartition) {
 	still := m.stopModes[tp] == StopPromote
 	m.mu.Unlock()
 	if still {
-		m.restartPartition(tp, partitionRecord{State: partition.Stopping, Reason: promoteReason + m.fenceNote(tp.Topic), StopMode: StopPromote}, false)
+		pr := stateRecord(partition.Stopping, m.promoteWaiting(tp.Topic, ""))
+		pr.StopMode = StopPromote
+		m.restartPartition(tp, pr, false)
 	}
 }
 
@@ -687,7 +717,7 @@ func (m *mirror) restorePartition(tp fetcher.TP, cfg partition.Config, pr partit
 	switch pr.State {
 	case partition.Failed, partition.Paused, partition.Stopped:
 		pm := partition.New(cfg)
-		pm.Restore(pr.State, pr.Reason)
+		pm.Restore(pr.State, pr.why())
 		if pr.State != partition.Failed {
 			pm.RestoreOffsets(pr.LastMirroredOffset)
 		}
@@ -708,7 +738,7 @@ func (m *mirror) restorePartition(tp fetcher.TP, cfg partition.Config, pr partit
 		m.parts[tp] = rp
 		m.stopModes[tp] = StopFailover
 		m.mu.Unlock()
-		pm.SetStopping(pr.Reason)
+		pm.SetStopping(pr.why())
 		m.ops.Add(1)
 		go func() {
 			defer m.ops.Done()
@@ -739,7 +769,7 @@ func (m *mirror) restoreStoppedTopic(topic string) bool {
 			continue
 		}
 		pm := m.idlePartition(tp)
-		pm.Restore(pr.State, pr.Reason)
+		pm.Restore(pr.State, pr.why())
 		pm.RestoreOffsets(pr.LastMirroredOffset)
 		m.parts[tp] = &runningPartition{pm: pm, done: closedDone()}
 		m.stoppedBy[tp] = pr.StopMode

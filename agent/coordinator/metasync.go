@@ -23,6 +23,7 @@ import (
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/metasync"
 	"github.com/kmirror/kmirror/agent/partition"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 // syncTimeout bounds one sync of one kind.
@@ -56,40 +57,54 @@ func (m *mirror) kickSync() {
 	m.syncKick = make(chan struct{})
 }
 
-// runSync runs the sync loops of configs, groups and ACLs against src until
-// ctx ends.
+// runSync runs the sync loop of each kind that has one (syncRuns) against
+// src until ctx ends.
 func (m *mirror) runSync(ctx context.Context, src *kgo.Client) {
 	srcAdm := kadm.NewClient(src)
 	configs := metasync.NewConfigs(srcAdm, m.c.dstAdm, m.log.Named("configs"))
 	groups := metasync.NewGroups(srcAdm, m.c.dstAdm, m.log.Named("groups"))
 	acls := metasync.NewACLs(src, m.c.dst, aclStore{m.c, m.rec.Spec.Name}, m.log.Named("acls"))
-	runs := map[metasync.Kind]func(context.Context, MirrorSpec) (metasync.Result, error){
-		metasync.KindConfigs: func(ctx context.Context, spec MirrorSpec) (metasync.Result, error) {
+	var wg sync.WaitGroup
+	for kind, run := range m.syncRuns(configs, groups, acls) {
+		if run != nil {
+			wg.Go(func() { m.syncLoop(ctx, kind, run) })
+		}
+	}
+	wg.Wait()
+}
+
+// syncRun is one sync of a kind, with the mirror's spec of the moment.
+type syncRun func(context.Context, mirrorspec.Spec) (metasync.Result, error)
+
+// syncRuns are the runs of the sync loops, keyed by every kind of
+// mirrorapi.SyncKinds (TestSyncRunsEveryKind holds it to that): a kind
+// without a loop of its own has a nil run and says where it is recorded.
+func (m *mirror) syncRuns(configs *metasync.Configs, groups *metasync.Groups, acls *metasync.ACLs) map[metasync.Kind]syncRun {
+	return map[metasync.Kind]syncRun{
+		// Partition growth is done and recorded by syncTopics, with
+		// the topic sync.
+		metasync.KindPartitions: nil,
+		metasync.KindConfigs: func(ctx context.Context, spec mirrorspec.Spec) (metasync.Result, error) {
 			return configs.Sync(ctx, m.liveTopics(spec), spec.TopicConfigExclude)
 		},
-		metasync.KindGroups: func(ctx context.Context, spec MirrorSpec) (metasync.Result, error) {
-			f, err := metasync.NewFilter(spec.GroupsInclude, spec.GroupsExclude)
+		metasync.KindGroups: func(ctx context.Context, spec mirrorspec.Spec) (metasync.Result, error) {
+			f, err := mirrorspec.NewGroupFilter(spec.GroupsInclude, spec.GroupsExclude)
 			if err != nil {
 				return metasync.Result{}, err
 			}
 			return groups.Sync(ctx, f, m.groupPartitions(spec))
 		},
-		metasync.KindACLs: func(ctx context.Context, spec MirrorSpec) (metasync.Result, error) {
-			rules, err := metasync.ParseACLRules("acl_include", spec.ACLInclude)
+		metasync.KindACLs: func(ctx context.Context, spec mirrorspec.Spec) (metasync.Result, error) {
+			rules, err := mirrorspec.ParseACLRules("acl_include", spec.ACLInclude)
 			if err != nil {
 				return metasync.Result{}, err
 			}
 			return acls.Sync(ctx, rules)
 		},
 	}
-	var wg sync.WaitGroup
-	for kind, run := range runs {
-		wg.Go(func() { m.syncLoop(ctx, kind, run) })
-	}
-	wg.Wait()
 }
 
-func (m *mirror) syncLoop(ctx context.Context, kind metasync.Kind, run func(context.Context, MirrorSpec) (metasync.Result, error)) {
+func (m *mirror) syncLoop(ctx context.Context, kind metasync.Kind, run syncRun) {
 	for {
 		m.mu.Lock()
 		spec, kick := m.spec, m.syncKick
@@ -133,7 +148,7 @@ func (m *mirror) recordSync(kind metasync.Kind, res metasync.Result, err error) 
 // liveTopics are spec's topics that still mirror: some partition known and
 // not STOPPING or STOPPED. A stopped topic is an ordinary destination topic:
 // its configs no longer follow the source.
-func (m *mirror) liveTopics(spec MirrorSpec) []string {
+func (m *mirror) liveTopics(spec mirrorspec.Spec) []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	live := map[string]bool{}
@@ -155,7 +170,7 @@ func (m *mirror) liveTopics(spec MirrorSpec) []string {
 // MIRRORING or PAUSED, where the destination holds the source's records at
 // the same offsets. Other states are either not there yet or, STOPPED, the
 // destination's own (a stop syncs them one last time).
-func (m *mirror) groupPartitions(spec MirrorSpec) map[string][]int32 {
+func (m *mirror) groupPartitions(spec mirrorspec.Spec) map[string][]int32 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := map[string][]int32{}
@@ -258,7 +273,7 @@ func (m *mirror) syncGroupsNow(parts map[string][]int32) {
 		m.log.Warn("stop: the source is not connected; consumer group offsets stay as last synced", "partitions", parts)
 		return
 	}
-	f, err := metasync.NewFilter(spec.GroupsInclude, spec.GroupsExclude)
+	f, err := mirrorspec.NewGroupFilter(spec.GroupsInclude, spec.GroupsExclude)
 	if err != nil {
 		return // Validate refused it already
 	}

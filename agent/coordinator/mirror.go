@@ -21,6 +21,8 @@ import (
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/agent/topics"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
+	"github.com/kmirror/kmirror/internal/reason"
 )
 
 // MirrorStatus is one mirror as describe shows it.
@@ -55,7 +57,7 @@ type mirror struct {
 	rec mirrorRecord
 
 	mu        sync.Mutex
-	spec      MirrorSpec
+	spec      mirrorspec.Spec
 	err       string
 	warnings  []string
 	topicErrs map[string]string
@@ -108,12 +110,15 @@ type mirror struct {
 	// sourceClusterID is the source's cluster id, from its metadata when
 	// the mirror last connected; empty until it has.
 	sourceClusterID string
+
+	// topicErrCodes are the codes of the topicErrs that have one.
+	topicErrCodes map[string]reason.Code
 }
 
 func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
 	return &mirror{
 		c: c, log: c.log.Named("mirror").With("mirror", rec.Spec.Name), rec: rec, spec: rec.Spec,
-		topicErrs: map[string]string{}, parts: map[fetcher.TP]*runningPartition{},
+		topicErrs: map[string]string{}, topicErrCodes: map[string]reason.Code{}, parts: map[fetcher.TP]*runningPartition{},
 		refresh: make(chan struct{}, 1), done: make(chan struct{}),
 		stopModes: map[fetcher.TP]StopMode{}, stoppedBy: map[fetcher.TP]StopMode{}, promoteBy: map[fetcher.TP]time.Time{}, recoverTPs: map[fetcher.TP]bool{}, recoverTopics: map[string]bool{},
 		ro: map[string]roState{}, roReleased: map[string]bool{}, fenced: map[string]fenceState{}, recreating: map[string]bool{},
@@ -123,7 +128,7 @@ func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
 	}
 }
 
-func (m *mirror) setSpec(s MirrorSpec) {
+func (m *mirror) setSpec(s mirrorspec.Spec) {
 	m.mu.Lock()
 	m.spec = s
 	m.mu.Unlock()
@@ -278,12 +283,25 @@ func (m *mirror) syncTopics(ctx context.Context, mgr *topics.Manager, source sou
 				m.log.Error("topic not mirrored", "topic", topic, "error", err)
 			}
 			m.topicErrs[topic] = err.Error()
+			m.topicErrCodes[topic] = topicErrCode(err)
 		} else {
 			delete(m.topicErrs, topic)
+			delete(m.topicErrCodes, topic)
 		}
 		m.mu.Unlock()
 	}
 	m.recordPartitionSync(names)
+}
+
+// topicErrCode is the code of a topic's error, "" when it has none.
+func topicErrCode(err error) reason.Code {
+	switch {
+	case errors.Is(err, topics.ErrSourceTopicNotFound):
+		return reason.SourceTopicMissing
+	case errors.Is(err, topics.ErrDestinationHasMorePartitions):
+		return reason.DestinationHasMorePartitions
+	}
+	return reason.CodeOf(err)
 }
 
 func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sourceReader, f *fetcher.Fetcher, topic string) error {
@@ -315,10 +333,10 @@ func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 	m.mu.Unlock()
 	if m.c.getJSON(topicKey(name, topic), &tr) {
 		if tr.SourceTopicID != srcID && srcID != (topicID{}) && recovering {
-			err := fmt.Errorf("source topic %q was recreated (topic id %s, mirrored %s): a recover cannot re-align it, as the destination holds the old topic's records at the offsets the new one reuses; the destination topic must be recreated to mirror the new source topic: recover with recreate (kmirror recover --recreate) does it, and the destination's records are lost",
+			r := reason.New(reason.SourceTopicRecreatedRealignFailed, "source topic %q was recreated (topic id %s, mirrored %s): a recover cannot re-align it, as the destination holds the old topic's records at the offsets the new one reuses; the destination topic must be recreated to mirror the new source topic: recover with recreate (kmirror recover --recreate) does it, and the destination's records are lost",
 				topic, info.SourceTopicID, tr.SourceTopicID)
-			m.failTopic(ctx, topic, info.SourcePartitions, err.Error())
-			return err
+			m.failTopic(ctx, topic, info.SourcePartitions, r)
+			return &r
 		}
 		if tr.DestinationTopicID != dstID && tr.DestinationTopicID != (topicID{}) && dstID != (topicID{}) && recovering {
 			// The records mirrored into the old destination topic are
@@ -330,24 +348,24 @@ func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 			}
 		}
 		if tr.SourceTopicID != srcID && srcID != (topicID{}) {
-			err := fmt.Errorf("source topic %q was recreated (topic id %s, mirrored %s): its offsets no longer match the destination's; recover the topic to mirror it again",
+			r := reason.New(reason.SourceTopicRecreated, "source topic %q was recreated (topic id %s, mirrored %s): its offsets no longer match the destination's; recover the topic to mirror it again",
 				topic, info.SourceTopicID, tr.SourceTopicID)
 			for _, pr := range m.persistedPartitions(topic) {
-				if pr.State == partition.Failed && strings.Contains(pr.Reason, "a recover cannot re-align it") {
-					err = errors.New(pr.Reason) // a recover said so already
+				if pr.State == partition.Failed && pr.ReasonCode == reason.SourceTopicRecreatedRealignFailed {
+					r = pr.why() // a recover said so already
 					break
 				}
 			}
-			m.failTopic(ctx, topic, info.SourcePartitions, err.Error())
-			return err
+			m.failTopic(ctx, topic, info.SourcePartitions, r)
+			return &r
 		}
 		switch {
 		case dstID == (topicID{}) || tr.DestinationTopicID == dstID:
 		case tr.DestinationTopicID != (topicID{}):
-			err := fmt.Errorf("destination topic %q was recreated (topic id %s, mirrored into %s): the records mirrored there are lost; recover the topic to mirror it again",
+			r := reason.New(reason.DestinationTopicRecreated, "destination topic %q was recreated (topic id %s, mirrored into %s): the records mirrored there are lost; recover the topic to mirror it again",
 				topic, dstID, tr.DestinationTopicID)
-			m.failTopic(ctx, topic, info.SourcePartitions, err.Error())
-			return err
+			m.failTopic(ctx, topic, info.SourcePartitions, r)
+			return &r
 		default:
 			// A record from before destination ids were kept.
 			tr.DestinationTopicID = dstID
@@ -428,9 +446,9 @@ func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 	return nil
 }
 
-// failTopic stops every partition of topic and marks it FAILED with reason,
+// failTopic stops every partition of topic and marks it FAILED with r,
 // persisted, so that a restart does not resume it either.
-func (m *mirror) failTopic(ctx context.Context, topic string, partitions int32, reason string) {
+func (m *mirror) failTopic(ctx context.Context, topic string, partitions int32, r reason.Error) {
 	for p := int32(0); p < partitions; p++ {
 		tp := fetcher.TP{Topic: topic, Partition: p}
 		m.mu.Lock()
@@ -450,16 +468,16 @@ func (m *mirror) failTopic(ctx context.Context, topic string, partitions int32, 
 		if stop != nil {
 			stop()
 		}
-		if st := rp.pm.Status(); st.State == partition.Failed && st.Reason == reason {
+		if st := rp.pm.Status(); st.State == partition.Failed && st.Reason == r.Message && st.ReasonCode == r.Code {
 			continue
 		}
-		rp.pm.Restore(partition.Failed, reason)
+		rp.pm.Restore(partition.Failed, r)
 		m.persistPartition(ctx, tp, rp.pm.Status())
 	}
 }
 
 func (m *mirror) persistPartition(ctx context.Context, tp fetcher.TP, st partition.Status) {
-	rec := partitionRecord{State: st.State, Reason: st.Reason, LastMirroredOffset: st.LastMirrored}
+	rec := partitionRecord{State: st.State, Reason: st.Reason, ReasonCode: st.ReasonCode, LastMirroredOffset: st.LastMirrored}
 	switch st.State {
 	case partition.Stopping:
 		m.mu.Lock()
@@ -487,7 +505,7 @@ func (m *mirror) status() MirrorStatus {
 	byTopic := map[string]*TopicStatus{}
 	for _, t := range m.spec.Topics {
 		ro := m.ro[t]
-		byTopic[t] = &TopicStatus{Name: t, Error: m.topicErrs[t], ReadOnlyEnforced: ro.enforced, ReadOnlyReason: ro.reason, Failback: m.failbackStatus(t)}
+		byTopic[t] = &TopicStatus{Name: t, Error: m.topicErrs[t], ErrorCode: m.topicErrCodes[t], ReadOnlyEnforced: ro.enforced, ReadOnlyReason: ro.reason, Failback: m.failbackStatus(t)}
 		if f := m.fenced[t]; f.reason != "" {
 			st.Warnings = append(st.Warnings, fmt.Sprintf("topic %s: promote: %s", t, f.reason))
 		}
@@ -564,16 +582,8 @@ func (s sourceReader) ReadAt(ctx context.Context, tp fetcher.TP, offset int64, m
 // (the Terraform provider) can compare them with what it declared.
 func (m *mirror) settingsLocked(st *MirrorStatus) {
 	st.SourceClusterID = m.sourceClusterID
-	orDefault := func(v, def []string) []string {
-		if v == nil {
-			return slices.Clone(def)
-		}
-		return slices.Clone(v)
-	}
-	st.TopicConfigExclude = orDefault(m.spec.TopicConfigExclude, topics.DefaultExclude())
-	st.GroupsInclude = orDefault(m.spec.GroupsInclude, metasync.DefaultGroupsInclude)
-	st.GroupsExclude = orDefault(m.spec.GroupsExclude, []string{})
-	st.ACLInclude = orDefault(m.spec.ACLInclude, metasync.DefaultACLInclude)
+	eff := m.spec.WithDefaults()
+	st.TopicConfigExclude, st.GroupsInclude, st.GroupsExclude, st.ACLInclude = eff.TopicConfigExclude, eff.GroupsInclude, eff.GroupsExclude, eff.ACLInclude
 	st.MetadataRefreshIntervalMs = m.intervalLocked().Milliseconds()
 	st.TxnTimeoutMs, st.TxnTimeoutFrom = m.txnTimeout.Milliseconds(), m.txnTimeoutFrom
 }

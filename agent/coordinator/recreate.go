@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kmirror/kmirror/agent/partition"
+	"github.com/kmirror/kmirror/internal/reason"
 )
 
 // recreateTopic recreates topic on the destination and restarts the
@@ -81,10 +82,9 @@ func (m *mirror) recreateTopic(ctx context.Context, topic string, targets []targ
 		if tg.tp.Topic != topic {
 			continue
 		}
-		m.restartPartition(tg.tp, partitionRecord{
-			State: partition.Initializing, LastMirroredOffset: -1,
-			Reason: "recovering: the destination topic was recreated; mirroring from the source's log start",
-		}, false)
+		pr := stateRecord(partition.Initializing, reason.New(reason.Recovering, "recovering: the destination topic was recreated; mirroring from the source's log start"))
+		pr.LastMirroredOffset = -1
+		m.restartPartition(tg.tp, pr, false)
 	}
 	return nil
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 // ErrThrottleNotFound is returned for a mirror without a throttle.
@@ -201,7 +202,7 @@ type sourceQuotaEntity struct{ user, clientID string }
 // quotaEntityOf is the source quota entity of spec's mirror as it is now.
 // OAUTHBEARER has no username in the spec (the user comes from the token):
 // its quota names the client id only.
-func quotaEntityOf(spec MirrorSpec) sourceQuotaEntity {
+func quotaEntityOf(spec mirrorspec.Spec) sourceQuotaEntity {
 	e := sourceQuotaEntity{clientID: mirrorapi.SourceQuotaClientID(spec.Name)}
 	if s := spec.Source.SASL; s != nil {
 		e.user = s.Username
@@ -242,7 +243,7 @@ func (e sourceQuotaEntity) components() []kadm.ClientQuotaEntityComponent {
 // setSourceQuota sets consumer_byte_rate for entity on the mirror's source
 // to rate, or removes it when rate is 0, through a client of its own: the
 // mirror may not be connected (or running) when this is called.
-func (c *Coordinator) setSourceQuota(ctx context.Context, spec MirrorSpec, entity sourceQuotaEntity, rate int64) error {
+func (c *Coordinator) setSourceQuota(ctx context.Context, spec mirrorspec.Spec, entity sourceQuotaEntity, rate int64) error {
 	ctx, cancel := context.WithTimeout(ctx, sourceQuotaTimeout)
 	defer cancel()
 	what := "setting"

@@ -14,7 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
-	"github.com/kmirror/kmirror/agent/topics"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 // matchTopics returns the names that match one of res, sorted, internal
@@ -23,7 +23,7 @@ func matchTopics(res []string, names []string) []string {
 	var out []string
 	var compiled []*regexp.Regexp
 	for _, re := range res {
-		if c, err := topics.CompileRegex(re); err == nil {
+		if c, err := mirrorspec.CompileTopicRegex(re); err == nil {
 			compiled = append(compiled, c)
 		}
 	}
@@ -78,7 +78,7 @@ func (m *mirror) discoverTopics(ctx context.Context, src *kadm.Client) {
 	}
 	var added []string
 	for _, t := range matched {
-		if !taken[t] && topicName.MatchString(t) {
+		if !taken[t] && mirrorspec.CheckTopicName(t) == nil {
 			added = append(added, t)
 		}
 	}

@@ -14,6 +14,8 @@ import (
 	"github.com/kmirror/kmirror/agent/coordinator"
 	"github.com/kmirror/kmirror/agent/coordinator/coordinatortest"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 // TestPartitionsGetDestinationTxnTimeout checks that the coordinator opens
@@ -33,15 +35,15 @@ func TestPartitionsGetDestinationTxnTimeout(t *testing.T) {
 		{"above the source's", 1800000, 900000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			src := devcluster.StartT(t, devcluster.Name("src"),
+			src := devclustertest.Start(t, devcluster.Name("src"),
 				devcluster.BrokerConfigs(map[string]string{"transaction.max.timeout.ms": strconv.Itoa(int(tc.src))}),
 				devcluster.KfakeOptions(kfake.SeedTopics(2, "orders")))
-			dst := devcluster.StartT(t, devcluster.Name("dst"),
+			dst := devclustertest.Start(t, devcluster.Name("dst"),
 				devcluster.BrokerConfigs(map[string]string{"transaction.max.timeout.ms": strconv.Itoa(int(tc.dst))}))
 			co := coordinatortest.Start(t, coordinator.Config{
 				Destination:     []kgo.Opt{kgo.SeedBrokers(dst.Bootstrap()...)},
 				RefreshInterval: 200 * time.Millisecond,
-			}, coordinator.MirrorSpec{Name: "dr", Source: coordinator.Source{BootstrapServers: src.Bootstrap()}, Topics: []string{"orders"}}).Coordinator
+			}, mirrorspec.Spec{Name: "dr", Source: mirrorspec.Source{BootstrapServers: src.Bootstrap()}, Topics: []string{"orders"}}).Coordinator
 
 			dcl, err := kgo.NewClient(kgo.SeedBrokers(dst.Bootstrap()...))
 			if err != nil {
@@ -95,13 +97,13 @@ func TestPartitionsGetDestinationTxnTimeout(t *testing.T) {
 // allowing shorter transactions than the source does not get mirrored into:
 // describe shows the refusal as the mirror's error, with the fix.
 func TestPreflightRefusesShortDestinationTxnTimeout(t *testing.T) {
-	src := devcluster.StartT(t, devcluster.Name("src"), devcluster.KfakeOptions(kfake.SeedTopics(1, "orders")))
-	dst := devcluster.StartT(t, devcluster.Name("dst"),
+	src := devclustertest.Start(t, devcluster.Name("src"), devcluster.KfakeOptions(kfake.SeedTopics(1, "orders")))
+	dst := devclustertest.Start(t, devcluster.Name("dst"),
 		devcluster.BrokerConfigs(map[string]string{"transaction.max.timeout.ms": "60000"}))
 	co := coordinatortest.Start(t, coordinator.Config{
 		Destination:     []kgo.Opt{kgo.SeedBrokers(dst.Bootstrap()...)},
 		RefreshInterval: 200 * time.Millisecond,
-	}, coordinator.MirrorSpec{Name: "dr", Source: coordinator.Source{BootstrapServers: src.Bootstrap()}, Topics: []string{"orders"}}).Coordinator
+	}, mirrorspec.Spec{Name: "dr", Source: mirrorspec.Source{BootstrapServers: src.Bootstrap()}, Topics: []string{"orders"}}).Coordinator
 
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -23,6 +23,7 @@ import (
 	"github.com/kmirror/kmirror/agent/coordinator/coordinatortest"
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 	"github.com/kmirror/kmirror/internal/verify"
 )
 
@@ -42,13 +43,13 @@ func (p *pair) reversed() *pair {
 // name on its source.
 func (p *pair) startBackAgent(t *testing.T, auth bool) *agent {
 	t.Helper()
-	spec := coordinator.MirrorSpec{Name: mirrorName, Source: coordinator.Source{BootstrapServers: p.dst.Bootstrap()}}
+	spec := mirrorspec.Spec{Name: mirrorName, Source: mirrorspec.Source{BootstrapServers: p.dst.Bootstrap()}}
 	return p.runBackAgent(t, auth, &spec)
 }
 
 // runBackAgent runs the failback agent with spec applied, or, with nil,
 // from its state topic (a restart).
-func (p *pair) runBackAgent(t *testing.T, auth bool, spec *coordinator.MirrorSpec) *agent {
+func (p *pair) runBackAgent(t *testing.T, auth bool, spec *mirrorspec.Spec) *agent {
 	t.Helper()
 	opts := func(seeds []string) []kgo.Opt {
 		o := []kgo.Opt{kgo.SeedBrokers(seeds...)}
@@ -59,7 +60,7 @@ func (p *pair) runBackAgent(t *testing.T, auth bool, spec *coordinator.MirrorSpe
 	}
 	cfg := coordinator.Config{
 		Destination:     opts(p.src.Bootstrap()),
-		SourceOpts:      func(s coordinator.Source) []kgo.Opt { return opts(s.BootstrapServers) },
+		SourceOpts:      func(s mirrorspec.Source) []kgo.Opt { return opts(s.BootstrapServers) },
 		StateTopic:      p.stateTopic,
 		RefreshInterval: 200 * time.Millisecond,
 		StopTimeout:     10 * time.Second,
@@ -69,7 +70,7 @@ func (p *pair) runBackAgent(t *testing.T, auth bool, spec *coordinator.MirrorSpe
 	if auth {
 		cfg.SourceFence = coordinator.ACLSourceFence{}
 	}
-	var specs []coordinator.MirrorSpec
+	var specs []mirrorspec.Spec
 	if spec != nil {
 		specs = append(specs, *spec)
 	}
@@ -469,7 +470,7 @@ func testFailbackRemovesFence(t *testing.T, e engine) {
 
 	cfg := coordinator.Config{
 		Destination: []kgo.Opt{kgo.SeedBrokers(p.src.Bootstrap()...), saslPlain(backUser, backPass)},
-		SourceOpts: func(s coordinator.Source) []kgo.Opt {
+		SourceOpts: func(s mirrorspec.Source) []kgo.Opt {
 			return []kgo.Opt{kgo.SeedBrokers(s.BootstrapServers...), saslPlain(agentUser, agentPass)}
 		},
 		// The failback reads the first agent's state topic, of this name,
@@ -478,7 +479,7 @@ func testFailbackRemovesFence(t *testing.T, e engine) {
 		RefreshInterval: 200 * time.Millisecond,
 		Logger:          testLogger(t, "back"),
 	}
-	run := coordinatortest.Start(t, cfg, coordinator.MirrorSpec{Name: mirrorName, Source: coordinator.Source{BootstrapServers: p.dst.Bootstrap()}})
+	run := coordinatortest.Start(t, cfg, mirrorspec.Spec{Name: mirrorName, Source: mirrorspec.Source{BootstrapServers: p.dst.Bootstrap()}})
 	b := &agent{co: run.Coordinator, run: run}
 	if err := b.co.AddTopicsWith(ctx, mirrorName, coordinator.AddRequest{Topics: []string{topic}, Failback: true}); err != nil {
 		t.Fatalf("failback by an agent that is not a super user of P: %v", err)

@@ -30,7 +30,9 @@ import (
 	"github.com/kmirror/kmirror/agent/leaders"
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/kcat"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 	"github.com/kmirror/kmirror/internal/recordbatch"
 	"github.com/kmirror/kmirror/internal/verify"
 	"github.com/kmirror/kmirror/internal/workload"
@@ -84,8 +86,8 @@ func newPair(t *testing.T, o pairOpts) *pair {
 		srcOpts = append(srcOpts, devcluster.KfakeOptions(kfake.SeedTopics(o.partitions, o.topic)))
 	}
 	p := &pair{
-		src: devcluster.StartT(t, srcOpts...),
-		dst: devcluster.StartT(t, devcluster.Name("dst"), devcluster.Brokers(max(o.dstBrokers, 1))),
+		src: devclustertest.Start(t, srcOpts...),
+		dst: devclustertest.Start(t, devcluster.Name("dst"), devcluster.Brokers(max(o.dstBrokers, 1))),
 	}
 	p.connect(t)
 	return p
@@ -117,8 +119,8 @@ func (p *pair) srcOpts() []kgo.Opt {
 
 // spec is the mirror every test applies: mirrorName from the source to the
 // destination, for topics.
-func (p *pair) spec(topics ...string) coordinator.MirrorSpec {
-	return coordinator.MirrorSpec{Name: mirrorName, Source: coordinator.Source{BootstrapServers: p.src.Bootstrap()}, Topics: topics}
+func (p *pair) spec(topics ...string) mirrorspec.Spec {
+	return mirrorspec.Spec{Name: mirrorName, Source: mirrorspec.Source{BootstrapServers: p.src.Bootstrap()}, Topics: topics}
 }
 
 // agent is a coordinator running in-process.
@@ -130,7 +132,7 @@ type agent struct {
 type agentOpts struct {
 	// apply is applied before Run; nil runs what the state topic holds
 	// (a restart).
-	apply           *coordinator.MirrorSpec
+	apply           *mirrorspec.Spec
 	refreshInterval time.Duration
 }
 
@@ -152,7 +154,7 @@ func (p *pair) startAgentWith(t *testing.T, o agentOpts, tune func(*coordinator.
 		Logger:          testLogger(t, "agent"),
 	}
 	tune(&cfg)
-	var specs []coordinator.MirrorSpec
+	var specs []mirrorspec.Spec
 	if o.apply != nil {
 		specs = append(specs, *o.apply)
 	}
@@ -272,17 +274,31 @@ func (p *pair) mirroredNow(ctx context.Context, a *agent, topic string) (bool, s
 }
 
 // waitMirrored polls until mirroredNow holds, failing the test with the
-// offsets and Describe when it does not within timeout. The source must not
-// be written meanwhile (stop producers first).
+// offsets and Describe when it does not. The source must not be written
+// meanwhile (stop producers first).
+//
+// timeout is how long the destination may go without progress: a machine
+// whose cores are shared by many broker JVMs slows mirroring down (on real
+// brokers each filler is several replicated coordinator writes), and a wait
+// for liveness must tell a slow mirror from a stuck one. It ends after ten
+// timeouts whatever the progress.
 func (p *pair) waitMirrored(t *testing.T, a *agent, topic string, timeout time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*timeout)
 	defer cancel()
 	why := ""
+	var lastEnds int64 = -1
+	stall := time.Now().Add(timeout)
 	for {
 		var ok bool
 		if ok, why = p.mirroredNow(ctx, a, topic); ok {
 			return
+		}
+		if ends := p.destinationEnds(ctx, topic); ends > lastEnds {
+			lastEnds, stall = ends, time.Now().Add(timeout)
+		}
+		if time.Now().After(stall) {
+			cancel()
 		}
 		select {
 		case <-ctx.Done():
@@ -290,10 +306,26 @@ func (p *pair) waitMirrored(t *testing.T, a *agent, topic string, timeout time.D
 			defer qcancel()
 			src, _ := listBounds(qctx, p.srcAdm, topic)
 			dst, _ := listBounds(qctx, p.dstAdm, topic)
-			t.Fatalf("%s not mirrored within %v: %s\nsource %v\ndestination %v\nDescribe:\n%s", topic, timeout, why, src, dst, a.describe())
+			t.Fatalf("%s not mirrored (no progress for %v, or 10 times that in all): %s\nsource %v\ndestination %v\nDescribe:\n%s", topic, timeout, why, src, dst, a.describe())
 		case <-time.After(pollEvery):
 		}
 	}
+}
+
+// destinationEnds is the sum of the destination's end offsets of topic, -1
+// when they cannot be read.
+func (p *pair) destinationEnds(ctx context.Context, topic string) int64 {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	dst, err := listBounds(qctx, p.dstAdm, topic)
+	if err != nil {
+		return -1
+	}
+	var sum int64
+	for _, b := range dst {
+		sum += b[1]
+	}
+	return sum
 }
 
 // waitProgress polls until the destination end of every partition of topic
@@ -514,7 +546,7 @@ func testLogger(t *testing.T, name string) hclog.Logger {
 	if level == hclog.NoLevel {
 		level = hclog.Info
 	}
-	return hclog.New(&hclog.LoggerOptions{Name: name, Level: level, Output: devcluster.TestWriter(t)})
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: level, Output: devclustertest.Writer(t)})
 }
 
 // runProducer runs a continuous workload producer until the returned stop

@@ -23,6 +23,7 @@ import (
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/internal/clientop"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/kcat"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 	"github.com/kmirror/kmirror/internal/verify"
@@ -74,8 +75,8 @@ func TestKillRestart(t *testing.T) {
 	topics := specTopics(specs)
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-	src := devcluster.StartT(t, devcluster.Name("src"), devcluster.Brokers(3), devcluster.KfakeOptions(kfake.SeedTopics(3, topics...)))
-	dst := devcluster.StartT(t, devcluster.Name("dst"), devcluster.Brokers(3))
+	src := devclustertest.Start(t, devcluster.Name("src"), devcluster.Brokers(3), devcluster.KfakeOptions(kfake.SeedTopics(3, topics...)))
+	dst := devclustertest.Start(t, devcluster.Name("dst"), devcluster.Brokers(3))
 	lat := injectLatency(t, dst.Kfake(), topics, seed)
 
 	stopProducing := runProducers(ctx, t, src, specs, 1000, 200)

@@ -18,6 +18,7 @@ import (
 	"github.com/kmirror/kmirror/agent/leaders"
 	"github.com/kmirror/kmirror/agent/writer"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 	"github.com/kmirror/kmirror/internal/recordbatch"
 	"github.com/kmirror/kmirror/internal/workload"
@@ -82,8 +83,8 @@ func newLateSetup(t *testing.T, chunks int) *lateSetup {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
 	s := &lateSetup{ctx: ctx}
-	s.src = devcluster.StartT(t, devcluster.Name("src"), devcluster.KfakeOptions(kfake.SeedTopics(1, lateTopic)))
-	s.dst = devcluster.StartT(t, devcluster.Name("dst"))
+	s.src = devclustertest.Start(t, devcluster.Name("src"), devcluster.KfakeOptions(kfake.SeedTopics(1, lateTopic)))
+	s.dst = devclustertest.Start(t, devcluster.Name("dst"))
 	s.srcCl, s.dstCl = newClient(t, s.src), newClient(t, s.dst)
 	// A long linger makes each chunk of the workload one batch, mostly:
 	// a client's first chunk can be split while its metadata arrives.
@@ -238,8 +239,8 @@ func lateRequestBetweenReadAndWrite(t *testing.T) {
 func lateRequestInAdoptedTransaction(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	src := devcluster.StartT(t, devcluster.Name("src"), devcluster.KfakeOptions(kfake.SeedTopics(1, lateTopic)))
-	dst := devcluster.StartT(t, devcluster.Name("dst"))
+	src := devclustertest.Start(t, devcluster.Name("src"), devcluster.KfakeOptions(kfake.SeedTopics(1, lateTopic)))
+	dst := devclustertest.Start(t, devcluster.Name("dst"))
 	srcCl, dstCl := newClient(t, src), newClient(t, dst)
 	// Chunks 1, 3 and 5 are aborted transactions, the others committed:
 	// one batch and one marker each.

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 	"github.com/kmirror/kmirror/internal/workload"
 )
@@ -64,8 +65,8 @@ func TestLeaseTakeover(t *testing.T) {
 	topics := specTopics(specs)
 	ctx, cancel := context.WithTimeout(context.Background(), 170*time.Second)
 	defer cancel()
-	src := devcluster.StartT(t, devcluster.Name("src"), devcluster.Brokers(3), devcluster.KfakeOptions(kfake.SeedTopics(3, topics...)))
-	dst := devcluster.StartT(t, devcluster.Name("dst"), devcluster.Brokers(3))
+	src := devclustertest.Start(t, devcluster.Name("src"), devcluster.Brokers(3), devcluster.KfakeOptions(kfake.SeedTopics(3, topics...)))
+	dst := devclustertest.Start(t, devcluster.Name("dst"), devcluster.Brokers(3))
 	// Produce requests of the mirror topics take a few ms, and those of an
 	// agent killed or frozen on the way are held until the new active
 	// agent has read the partition's end and written 0 to 7 batches there

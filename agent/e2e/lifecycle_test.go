@@ -21,6 +21,7 @@ import (
 	"github.com/kmirror/kmirror/agent/coordinator"
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 	"github.com/kmirror/kmirror/internal/verify"
 	"github.com/kmirror/kmirror/internal/workload"
@@ -265,7 +266,7 @@ func startOwnSource(t *testing.T, e engine, opts ...devcluster.Option) *devclust
 		}
 	}
 	start := time.Now()
-	c := devcluster.StartT(t, append(o, opts...)...)
+	c := devclustertest.Start(t, append(o, opts...)...)
 	if e.kind != devcluster.Embedded {
 		t.Logf("started a %s source of this test's own in %v: %s", e.name, time.Since(start).Round(time.Millisecond), c.BootstrapString())
 	}
@@ -285,7 +286,7 @@ func newPairWithSource(t *testing.T, e engine, src *devcluster.Cluster, o pairOp
 		if o.secured {
 			dstOpts = securedOpts("dst")
 		}
-		p.dst = devcluster.StartT(t, dstOpts...)
+		p.dst = devclustertest.Start(t, dstOpts...)
 	} else {
 		p.dst = sharedCluster(t, e, sharedKey{engine: e.name, role: "dst", brokers: max(o.dstBrokers, 1), secured: o.secured, configs: canonical(o.dstConfigs)})
 		var b [4]byte

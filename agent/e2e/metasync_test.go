@@ -33,6 +33,7 @@ import (
 	"github.com/kmirror/kmirror/internal/clientop"
 	"github.com/kmirror/kmirror/internal/javaclient"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 	"github.com/kmirror/kmirror/internal/rdkafka"
 	"github.com/kmirror/kmirror/internal/workload"
 )
@@ -145,18 +146,7 @@ func (c drCopy) add(r *kgo.Record) {
 // shown so.
 func (a *agent) waitSyncRun(t *testing.T, kind metasync.Kind) {
 	t.Helper()
-	status := func() mirrorapi.SyncStatus {
-		s := a.syncStatus()
-		switch kind {
-		case metasync.KindConfigs:
-			return s.Configs
-		case metasync.KindGroups:
-			return s.Groups
-		case metasync.KindACLs:
-			return s.ACLs
-		}
-		return s.Partitions
-	}
+	status := func() mirrorapi.SyncStatus { return a.syncStatus()[kind] }
 	since := time.Now().UTC().Truncate(time.Second)
 	var first time.Time
 	waitFor(t, a, fmt.Sprintf("a whole %s sync after now", kind), failWait, func() (bool, string) {
@@ -241,7 +231,7 @@ func drDrill(t *testing.T, e engine, sourceGone bool) {
 	link := &cutLink{}
 	a := p.startAgentWith(t, agentOpts{apply: &spec}, func(c *coordinator.Config) {
 		c.StopTimeout = 10 * time.Second
-		c.SourceOpts = func(s coordinator.Source) []kgo.Opt {
+		c.SourceOpts = func(s mirrorspec.Source) []kgo.Opt {
 			return []kgo.Opt{kgo.SeedBrokers(s.BootstrapServers...), kgo.Dialer(link.dial)}
 		}
 	})
@@ -603,7 +593,7 @@ func testMetaSyncGroupFilters(t *testing.T, e engine) {
 	if got := groupOffsets(t, p.dstAdm, active, topic); got[0] != 5 || got[1] != 5 {
 		t.Errorf("%s, active on the destination, was overwritten: %v", active, got)
 	}
-	if s := a.syncStatus().Groups; s.LastError != "" || s.Items != 1 || s.LastSuccess == "" {
+	if s := a.syncStatus()[metasync.KindGroups]; s.LastError != "" || s.Items != 1 || s.LastSuccess == "" {
 		t.Errorf("groups sync status %+v, want 1 group in sync and no error", s)
 	}
 
@@ -733,7 +723,7 @@ func testMetaSyncConfigs(t *testing.T, e engine) {
 	if got["min.insync.replicas"] != "1" || got["compression.type"] != "producer" {
 		t.Errorf("destination min.insync.replicas %q (want its own 1), compression.type %q (want the invariant's producer)", got["min.insync.replicas"], got["compression.type"])
 	}
-	if s := a.syncStatus().Configs; s.LastError != "" || s.Items != 1 || len(s.Drift) != 0 {
+	if s := a.syncStatus()[metasync.KindConfigs]; s.LastError != "" || s.Items != 1 || len(s.Drift) != 0 {
 		t.Errorf("configs sync status %+v, want 1 topic in sync, no error, no drift", s)
 	}
 
@@ -746,7 +736,7 @@ func testMetaSyncConfigs(t *testing.T, e engine) {
 	})
 	// (The status is recorded right after the destination changed.)
 	waitFor(t, a, "drift reported", failWait, func() (bool, string) {
-		drift := strings.Join(a.syncStatus().Configs.Drift, "\n")
+		drift := strings.Join(a.syncStatus()[metasync.KindConfigs].Drift, "\n")
 		for _, d := range []string{`retention.ms was "1000" on the destination, set back to "7200000"`, `segment.ms was "5000" on the destination, set back to (not set`} {
 			if !strings.Contains(drift, d) {
 				return false, fmt.Sprintf("drift reported: %q, want it to say %q", drift, d)
@@ -839,7 +829,7 @@ func testMetaSyncACLs(t *testing.T, e engine) {
 		spec.ACLInclude = []string{rule}
 		return p.startAgentWith(t, agentOpts{apply: &spec}, func(c *coordinator.Config) {
 			c.Destination = []kgo.Opt{kgo.SeedBrokers(p.dst.Bootstrap()...), saslPlain(agentUser, agentPass)}
-			c.SourceOpts = func(s coordinator.Source) []kgo.Opt {
+			c.SourceOpts = func(s mirrorspec.Source) []kgo.Opt {
 				return []kgo.Opt{kgo.SeedBrokers(s.BootstrapServers...), saslPlain(agentUser, agentPass)}
 			}
 			c.StopTimeout = 10 * time.Second
@@ -860,7 +850,7 @@ func testMetaSyncACLs(t *testing.T, e engine) {
 	}
 	wantACLs("app's ACLs synced", acl("WRITE"), acl("DESCRIBE"), acl("READ"), acl("ALTER_CONFIGS"), acl("DESCRIBE_CONFIGS"), deny)
 	waitFor(t, a, "ACL sync status", failWait, func() (bool, string) {
-		s := a.syncStatus().ACLs
+		s := a.syncStatus()[metasync.KindACLs]
 		return s.LastError == "" && s.Items == 4, fmt.Sprintf("ACL sync status %+v, want the 4 selected source ACLs in sync", s)
 	})
 	assertRefused(t, p.dst, topic, 1, "mirroring, with app's WRITE synced")
@@ -913,7 +903,7 @@ func testMetaSyncACLFailureIsolated(t *testing.T, e engine) {
 	spec.GroupsInclude = []string{regexp.QuoteMeta(group)}
 	spec.ACLInclude = []string{"TOPIC;" + regexp.QuoteMeta(topic)} // app's two ACLs
 	a := p.startAgentWith(t, agentOpts{apply: &spec}, func(c *coordinator.Config) {
-		c.SourceOpts = func(s coordinator.Source) []kgo.Opt {
+		c.SourceOpts = func(s mirrorspec.Source) []kgo.Opt {
 			return []kgo.Opt{kgo.SeedBrokers(s.BootstrapServers...), saslPlain(agentUser, agentPass)}
 		}
 	})
@@ -924,15 +914,15 @@ func testMetaSyncACLFailureIsolated(t *testing.T, e engine) {
 		s := a.syncStatus()
 		got := groupOffsets(t, p.dstAdm, group, topic)
 		cfg := topicConfigs(t, p.dstAdm, topic)
-		return s.ACLs.Errors >= 2 && got[0] == 25 && cfg["retention.ms"] == "3600000" && s.Configs.LastError == "" && s.Groups.LastError == "",
+		return s[metasync.KindACLs].Errors >= 2 && got[0] == 25 && cfg["retention.ms"] == "3600000" && s[metasync.KindConfigs].LastError == "" && s[metasync.KindGroups].LastError == "",
 			fmt.Sprintf("sync %+v, group offsets %v, retention.ms %q", s, got, cfg["retention.ms"])
 	})
 	s := a.syncStatus()
-	if !strings.Contains(s.ACLs.LastError, "no authorizer") || s.ACLs.LastSuccess != "" {
-		t.Errorf("ACL sync status %+v, want an error saying the destination has no authorizer", s.ACLs)
+	if !strings.Contains(s[metasync.KindACLs].LastError, "no authorizer") || s[metasync.KindACLs].LastSuccess != "" {
+		t.Errorf("ACL sync status %+v, want an error saying the destination has no authorizer", s[metasync.KindACLs])
 	}
-	if s.Configs.LastSuccess == "" || s.Groups.LastSuccess == "" || s.Configs.Errors != 0 || s.Groups.Errors != 0 {
-		t.Errorf("configs %+v and groups %+v should have synced without errors", s.Configs, s.Groups)
+	if s[metasync.KindConfigs].LastSuccess == "" || s[metasync.KindGroups].LastSuccess == "" || s[metasync.KindConfigs].Errors != 0 || s[metasync.KindGroups].Errors != 0 {
+		t.Errorf("configs %+v and groups %+v should have synced without errors", s[metasync.KindConfigs], s[metasync.KindGroups])
 	}
 
 	c := metrics.NewCollector()
@@ -957,5 +947,5 @@ func testMetaSyncACLFailureIsolated(t *testing.T, e engine) {
 	if errs["acls"] < 2 || errs["configs"] != 0 || errs["groups"] != 0 {
 		t.Errorf("kmirror_sync_errors_total by kind %v, want acls >= 2 and no config or group errors", errs)
 	}
-	t.Logf("ACL sync: %s; kmirror_sync_errors_total %v", s.ACLs.LastError, errs)
+	t.Logf("ACL sync: %s; kmirror_sync_errors_total %v", s[metasync.KindACLs].LastError, errs)
 }

@@ -32,6 +32,8 @@ import (
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/agent/readonly"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 	"github.com/kmirror/kmirror/internal/verify"
 )
 
@@ -85,7 +87,7 @@ func authPairOn(t *testing.T, e engine, topic string, partitions int32, sides au
 			dstOpts = securedOpts("dst")
 		}
 		srcOpts = append(srcOpts, devcluster.KfakeOptions(kfake.SeedTopics(partitions, topic)))
-		p.src, p.dst = devcluster.StartT(t, srcOpts...), devcluster.StartT(t, dstOpts...)
+		p.src, p.dst = devclustertest.Start(t, srcOpts...), devclustertest.Start(t, dstOpts...)
 		p.topic = topic
 	} else {
 		p.src = sharedCluster(t, e, sharedKey{engine: e.name, role: "src", brokers: 1, secured: sides.src})
@@ -302,7 +304,7 @@ func (p *pair) securedAgent(t *testing.T, topic string, srcACLs bool) *agent {
 	spec.ACLInclude = []string{"*;" + regexp.QuoteMeta(topic)}
 	return p.startAgentWith(t, agentOpts{apply: &spec, refreshInterval: 200 * time.Millisecond}, func(c *coordinator.Config) {
 		c.Destination = []kgo.Opt{kgo.SeedBrokers(p.dst.Bootstrap()...), saslPlain(agentUser, agentPass)}
-		c.SourceOpts = func(s coordinator.Source) []kgo.Opt {
+		c.SourceOpts = func(s mirrorspec.Source) []kgo.Opt {
 			o := []kgo.Opt{kgo.SeedBrokers(s.BootstrapServers...)}
 			if srcACLs {
 				o = append(o, saslPlain(agentUser, agentPass))

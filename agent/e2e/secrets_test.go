@@ -23,6 +23,7 @@ import (
 	"github.com/kmirror/kmirror/agent/secrets"
 	"github.com/kmirror/kmirror/internal/certs"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
@@ -57,14 +58,14 @@ func TestSecretsNeverLeak(t *testing.T) {
 	// breaks (JSON does), the line itself stays as it is.
 	sec["tls key"] = strings.Split(string(client.KeyPEM), "\n")[1]
 
-	src := devcluster.StartT(t, devcluster.Name("src"), devcluster.TLS(),
+	src := devclustertest.Start(t, devcluster.Name("src"), devcluster.TLS(),
 		devcluster.SASLUser("lit", sec["literal password"]),
 		devcluster.SASLUser("fix", sec["corrected password"]),
 		devcluster.SASLUser("env", sec["env password"]),
 		devcluster.SASLUser("file", sec["file password"]),
 		devcluster.SASLUser("app", "app-pass"),
 		devcluster.KfakeOptions(kfake.SeedTopics(1, "orders", "payments", "audit", "events")))
-	dst := devcluster.StartT(t, devcluster.Name("dst"), devcluster.TLS(),
+	dst := devclustertest.Start(t, devcluster.Name("dst"), devcluster.TLS(),
 		devcluster.SASLUser("agent", sec["destination file password"]), devcluster.SuperUser("agent"),
 		devcluster.SASLUser("dstapp", sec["destination password"]))
 
@@ -527,9 +528,9 @@ func hclList(ss []string) string {
 // takes references but refuses literal secrets, saying how to configure a
 // key or use a reference.
 func TestAgentRefusesLiteralSecretWithoutKey(t *testing.T) {
-	src := devcluster.StartT(t, devcluster.Name("src"), devcluster.SASLUser("env", "env-pw-Zp4c8Ru3"),
+	src := devclustertest.Start(t, devcluster.Name("src"), devcluster.SASLUser("env", "env-pw-Zp4c8Ru3"),
 		devcluster.KfakeOptions(kfake.SeedTopics(1, "orders")))
-	dst := devcluster.StartT(t, devcluster.Name("dst"))
+	dst := devclustertest.Start(t, devcluster.Name("dst"))
 	setup := writeAgentConfig(t, dst)
 	t.Setenv("KMIRROR_NOKEY_PW", "env-pw-Zp4c8Ru3")
 	a := startAgentProcess(t, setup, "agent")

@@ -11,68 +11,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/agent/secrets"
-	"github.com/kmirror/kmirror/internal/certs"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
-
-func newCA(t *testing.T) *certs.CA {
-	t.Helper()
-	ca, err := certs.NewCA("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca
-}
-
-func TestValidate(t *testing.T) {
-	ca := newCA(t)
-	b := []string{"h:9092"}
-	plain := &mirrorapi.SourceSASL{Mechanism: "PLAIN", Username: "u", Password: "p"}
-	for _, tc := range []struct {
-		name string
-		c    mirrorapi.Source
-		want []string // each a substring of one message; none means valid
-	}{
-		{"plaintext", mirrorapi.Source{BootstrapServers: b}, nil},
-		{"inferred sasl_ssl", mirrorapi.Source{BootstrapServers: b, SASL: plain, TLS: &mirrorapi.SourceTLS{CAPEM: string(ca.CertPEM())}}, nil},
-		{"scram by reference", mirrorapi.Source{BootstrapServers: b, SASL: &mirrorapi.SourceSASL{Mechanism: "SCRAM-SHA-512", Username: "u", Password: "${file:/etc/k.properties:pw}"}}, nil},
-		{"oauth static", mirrorapi.Source{BootstrapServers: b, SecurityProtocol: "SASL_SSL", SASL: &mirrorapi.SourceSASL{Mechanism: "OAUTHBEARER", Token: "${env:TOK}"}}, nil},
-		{"oauth oidc", mirrorapi.Source{BootstrapServers: b, SASL: &mirrorapi.SourceSASL{Mechanism: "OAUTHBEARER", TokenEndpoint: "https://idp/token", ClientID: "c", ClientSecret: "s"}}, nil},
-		{"ssl without tls block", mirrorapi.Source{BootstrapServers: b, SecurityProtocol: "SSL"}, nil},
-		{"unknown protocol", mirrorapi.Source{BootstrapServers: b, SecurityProtocol: "TLS"}, []string{`x.security_protocol: "TLS": use PLAINTEXT`}},
-		{"sasl protocol without sasl", mirrorapi.Source{BootstrapServers: b, SecurityProtocol: "SASL_SSL"}, []string{"x.sasl: security_protocol SASL_SSL needs a sasl block"}},
-		{"sasl with plaintext", mirrorapi.Source{BootstrapServers: b, SecurityProtocol: "PLAINTEXT", SASL: plain}, []string{"x.sasl: security_protocol PLAINTEXT does not authenticate"}},
-		{"tls with sasl_plaintext", mirrorapi.Source{BootstrapServers: b, SecurityProtocol: "SASL_PLAINTEXT", SASL: plain, TLS: &mirrorapi.SourceTLS{}}, []string{"x.tls: security_protocol SASL_PLAINTEXT does not use TLS"}},
-		{"no mechanism", mirrorapi.Source{BootstrapServers: b, SASL: &mirrorapi.SourceSASL{}}, []string{"x.sasl.mechanism: missing"}},
-		{"bad mechanism", mirrorapi.Source{BootstrapServers: b, SASL: &mirrorapi.SourceSASL{Mechanism: "GSSAPI"}}, []string{`x.sasl.mechanism: "GSSAPI"`}},
-		{"plain without credentials", mirrorapi.Source{BootstrapServers: b, SASL: &mirrorapi.SourceSASL{Mechanism: "PLAIN"}}, []string{"x.sasl.username: mechanism PLAIN needs", "x.sasl.password: mechanism PLAIN needs"}},
-		{"scram with a token", mirrorapi.Source{BootstrapServers: b, SASL: &mirrorapi.SourceSASL{Mechanism: "SCRAM-SHA-256", Username: "u", Password: "p", Token: "t"}}, []string{"x.sasl.token: mechanism SCRAM-SHA-256 does not use it"}},
-		{"oauth with a password", mirrorapi.Source{BootstrapServers: b, SASL: &mirrorapi.SourceSASL{Mechanism: "OAUTHBEARER", Token: "t", Password: "p"}}, []string{"x.sasl.password: mechanism OAUTHBEARER does not use it"}},
-		{"oauth without token", mirrorapi.Source{BootstrapServers: b, SASL: &mirrorapi.SourceSASL{Mechanism: "OAUTHBEARER"}}, []string{"x.sasl.token: mechanism OAUTHBEARER needs a token"}},
-		{"oauth both", mirrorapi.Source{BootstrapServers: b, SASL: &mirrorapi.SourceSASL{Mechanism: "OAUTHBEARER", Token: "t", TokenEndpoint: "https://i/t"}}, []string{"x.sasl.token: give either"}},
-		{"oidc over http", mirrorapi.Source{BootstrapServers: b, SASL: &mirrorapi.SourceSASL{Mechanism: "OAUTHBEARER", TokenEndpoint: "http://idp.example/token", ClientID: "c"}},
-			[]string{"x.sasl.client_secret: token_endpoint needs", "x.sasl.token_endpoint: \"http://idp.example/token\": use https://"}},
-		{"redacted password sent back", mirrorapi.Source{BootstrapServers: b, SASL: &mirrorapi.SourceSASL{Mechanism: "PLAIN", Username: "u", Password: mirrorapi.Redacted}}, []string{`x.sasl.password: "(sensitive)" is how responses hide a secret`}},
-		{"bad reference", mirrorapi.Source{BootstrapServers: b, SASL: &mirrorapi.SourceSASL{Mechanism: "PLAIN", Username: "u", Password: "${vault:x}"}}, []string{"x.sasl.password: not a valid reference"}},
-		{"tls both ca forms", mirrorapi.Source{BootstrapServers: b, TLS: &mirrorapi.SourceTLS{CAPEM: string(ca.CertPEM()), CAFile: "/ca"}}, []string{"x.tls.ca_pem: give ca_pem or ca_file"}},
-		{"tls bad ca", mirrorapi.Source{BootstrapServers: b, TLS: &mirrorapi.SourceTLS{CAPEM: "nope"}}, []string{"x.tls.ca_pem: no PEM certificate"}},
-		{"tls cert without key", mirrorapi.Source{BootstrapServers: b, TLS: &mirrorapi.SourceTLS{CertFile: "/c"}}, []string{"x.tls.key_pem: a client certificate needs its private key"}},
-		{"tls key without cert", mirrorapi.Source{BootstrapServers: b, TLS: &mirrorapi.SourceTLS{KeyPEM: "${env:K}"}}, []string{"x.tls.cert_pem: a private key needs"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := Validate("x", tc.c)
-			if len(got) != len(tc.want) {
-				t.Fatalf("Validate = %q, want %d messages like %q", got, len(tc.want), tc.want)
-			}
-			for i, w := range tc.want {
-				if !strings.Contains(got[i], w) {
-					t.Errorf("message %d = %q, want it to contain %q", i, got[i], w)
-				}
-			}
-		})
-	}
-}
 
 func TestSealRedact(t *testing.T) {
 	const pw, key = "pw-7c1f-distinctive", "key-9a2e-distinctive"
@@ -127,8 +69,8 @@ func TestSealRedact(t *testing.T) {
 // fail to connect.
 func TestOptions(t *testing.T) {
 	const pw = "alice-5e3b-distinctive"
-	tlsC := devcluster.StartT(t, devcluster.Name("tls"), devcluster.TLS(), devcluster.SASLUser("alice", pw))
-	saslC := devcluster.StartT(t, devcluster.Name("sasl"), devcluster.SASLUser("alice", pw))
+	tlsC := devclustertest.Start(t, devcluster.Name("tls"), devcluster.TLS(), devcluster.SASLUser("alice", pw))
+	saslC := devclustertest.Start(t, devcluster.Name("sasl"), devcluster.SASLUser("alice", pw))
 	caPEM := string(tlsC.CACertPEM())
 	dir := t.TempDir()
 	caFile := filepath.Join(dir, "ca.pem")

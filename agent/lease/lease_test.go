@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 )
 
 const (
@@ -29,7 +30,7 @@ func openLease(t *testing.T, dst *devcluster.Cluster, id string) *Lease {
 	l, err := Open(ctx, Config{
 		Destination: []kgo.Opt{kgo.SeedBrokers(dst.Bootstrap()...)},
 		Topic:       "__kmirror_state", AgentID: id, Duration: testDuration, RequestTimeout: testTimeout,
-		Logger: hclog.New(&hclog.LoggerOptions{Name: id, Output: devcluster.TestWriter(t), Level: hclog.Debug}),
+		Logger: hclog.New(&hclog.LoggerOptions{Name: id, Output: devclustertest.Writer(t), Level: hclog.Debug}),
 	})
 	if err != nil {
 		t.Fatalf("opening the lease of %s: %v", id, err)
@@ -43,7 +44,7 @@ func openLease(t *testing.T, dst *devcluster.Cluster, id string) *Lease {
 // destination, and agent-a's lease and term.
 func startHolder(t *testing.T) (context.Context, *devcluster.Cluster, *Lease, *Term) {
 	t.Helper()
-	dst := devcluster.StartT(t, devcluster.Name("dst"))
+	dst := devclustertest.Start(t, devcluster.Name("dst"))
 	a := openLease(t, dst, "agent-a")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -87,7 +88,7 @@ func writers(t *testing.T, stop <-chan struct{}, terms func() []*Term) *sync.Wai
 // topic: exactly one wins epoch 1, every other sees it as the holder, and
 // none of them holds a term.
 func TestClaimRace(t *testing.T) {
-	dst := devcluster.StartT(t, devcluster.Name("dst"))
+	dst := devclustertest.Start(t, devcluster.Name("dst"))
 	const n = 4
 	ls := make([]*Lease, n)
 	for i := range ls {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kmirror/kmirror/agent/readonly"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 // ACL is one ACL binding. Its enums marshal as Kafka's names (TOPIC,
@@ -47,99 +47,9 @@ func readOnlyACL(a ACL) bool {
 		a.Operation == kmsg.ACLOperationWrite && a.Permission == kmsg.ACLPermissionTypeDeny
 }
 
-// ACLRule is one mirror.acl.include rule:
-// RESOURCE-TYPE;RESOURCE-NAME;OPERATION;PERMISSION;PRINCIPAL.
-type ACLRule struct {
-	resourceType kmsg.ACLResourceType   // 0: any
-	name         *regexp.Regexp         // nil: any
-	operation    kmsg.ACLOperation      // 0: any
-	permission   kmsg.ACLPermissionType // 0: any
-	principal    string                 // "": any
-	text         string
-}
-
-func (r ACLRule) String() string { return r.text }
-
-// ParseACLRule parses a rule. "*" in a field matches anything; trailing
-// fields may be left out; RESOURCE-NAME is a regular expression matching
-// the whole resource name (as written in the ACL, whatever its pattern
-// type); the other fields are Kafka's names (TOPIC, GROUP, CLUSTER,
-// TRANSACTIONAL_ID, ...; READ, WRITE, ALL, ...; ALLOW, DENY) in any case,
-// and a principal such as User:alice.
-func ParseACLRule(s string) (ACLRule, error) {
-	r := ACLRule{text: s}
-	fields := strings.Split(s, ";")
-	if len(fields) > 5 {
-		return r, fmt.Errorf("%q has %d fields; a rule is RESOURCE-TYPE;RESOURCE-NAME;OPERATION;PERMISSION;PRINCIPAL", s, len(fields))
-	}
-	field := func(i int) (string, bool) {
-		if i >= len(fields) {
-			return "", true
-		}
-		f := strings.TrimSpace(fields[i])
-		return f, f == "*"
-	}
-	if f, ok := field(0); !ok {
-		t, err := kmsg.ParseACLResourceType(f)
-		if err != nil || t == kmsg.ACLResourceTypeAny {
-			return r, fmt.Errorf("%q: resource type %q is not one of TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID, DELEGATION_TOKEN, USER or *", s, f)
-		}
-		r.resourceType = t
-	}
-	if f, ok := field(1); !ok {
-		re, err := compileWhole(f)
-		if err != nil {
-			return r, fmt.Errorf("%q: resource name %q is not a valid regular expression: %v", s, f, regexpReason(err))
-		}
-		r.name = re
-	}
-	if f, ok := field(2); !ok {
-		op, err := kmsg.ParseACLOperation(f)
-		if err != nil || op == kmsg.ACLOperationAny {
-			return r, fmt.Errorf("%q: operation %q is not one of %s or *", s, f, strings.Join(kmsg.ACLOperationStrings()[1:], ", "))
-		}
-		r.operation = op
-	}
-	if f, ok := field(3); !ok {
-		p, err := kmsg.ParseACLPermissionType(f)
-		if err != nil || (p != kmsg.ACLPermissionTypeAllow && p != kmsg.ACLPermissionTypeDeny) {
-			return r, fmt.Errorf("%q: permission %q is not ALLOW, DENY or *", s, f)
-		}
-		r.permission = p
-	}
-	if f, ok := field(4); !ok {
-		if !strings.Contains(f, ":") {
-			return r, fmt.Errorf("%q: principal %q is not TYPE:NAME (such as User:alice) or *", s, f)
-		}
-		r.principal = f
-	}
-	return r, nil
-}
-
-// ParseACLRules parses mirror.acl.include (nil means DefaultACLInclude);
-// the error names field.
-func ParseACLRules(field string, rules []string) ([]ACLRule, error) {
-	if rules == nil {
-		rules = DefaultACLInclude
-	}
-	out := make([]ACLRule, 0, len(rules))
-	for _, s := range rules {
-		r, err := ParseACLRule(s)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", field, err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-// Match reports whether the rule selects a.
-func (r ACLRule) Match(a ACL) bool {
-	return (r.resourceType == 0 || r.resourceType == a.ResourceType) &&
-		(r.name == nil || r.name.MatchString(a.ResourceName)) &&
-		(r.operation == 0 || r.operation == a.Operation) &&
-		(r.permission == 0 || r.permission == a.Permission) &&
-		(r.principal == "" || r.principal == a.Principal)
+// match reports whether rule selects a.
+func match(rule mirrorspec.ACLRule, a ACL) bool {
+	return rule.Match(a.ResourceType.String(), a.ResourceName, a.Operation.String(), a.Permission.String(), a.Principal)
 }
 
 // ACLStore remembers which destination ACLs the agent created, so that it
@@ -180,7 +90,7 @@ var errSecurityDisabled = errors.New("no authorizer")
 // A source without an authorizer has no ACLs to sync: nothing changes. A
 // destination without one is an error when there is anything to create or
 // delete.
-func (s *ACLs) Sync(ctx context.Context, rules []ACLRule) (Result, error) {
+func (s *ACLs) Sync(ctx context.Context, rules []mirrorspec.ACLRule) (Result, error) {
 	srcACLs, err := describeACLs(ctx, s.src)
 	if errors.Is(err, errSecurityDisabled) {
 		return Result{}, nil
@@ -190,7 +100,7 @@ func (s *ACLs) Sync(ctx context.Context, rules []ACLRule) (Result, error) {
 	}
 	want := map[ACL]bool{}
 	for _, a := range srcACLs {
-		if !readOnlyACL(a) && slices.ContainsFunc(rules, func(r ACLRule) bool { return r.Match(a) }) {
+		if !readOnlyACL(a) && slices.ContainsFunc(rules, func(r mirrorspec.ACLRule) bool { return match(r, a) }) {
 			want[a] = true
 		}
 	}

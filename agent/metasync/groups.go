@@ -12,6 +12,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 // GroupSource is what group sync reads of the source cluster (a
@@ -70,7 +72,7 @@ var inactiveStates = []string{"", "Empty", "Dead"}
 // meanwhile (its commit refused as coming from no member) is skipped and
 // logged, not an error; errors of single groups do not stop the others and
 // are returned together.
-func (g *Groups) Sync(ctx context.Context, f *Filter, parts map[string][]int32) (Result, error) {
+func (g *Groups) Sync(ctx context.Context, f *mirrorspec.GroupFilter, parts map[string][]int32) (Result, error) {
 	if len(parts) == 0 {
 		return Result{}, nil
 	}

@@ -25,37 +25,22 @@
 package metasync
 
 import (
-	"errors"
-	"fmt"
-	"regexp"
-	"regexp/syntax"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
-// Kind is one kind of metadata sync.
-type Kind string
+// Kind is one kind of metadata sync; mirrorapi.SyncKinds lists them all.
+type Kind = mirrorapi.SyncKind
 
-// The kinds of metadata sync.
+// The kinds of metadata sync, as this package names them.
 const (
-	KindConfigs    Kind = "configs"
-	KindPartitions Kind = "partitions"
-	KindGroups     Kind = "groups"
-	KindACLs       Kind = "acls"
-)
-
-// Kinds lists every kind, in describe's order.
-var Kinds = []Kind{KindConfigs, KindPartitions, KindGroups, KindACLs}
-
-// DefaultGroupsInclude and DefaultACLInclude are KIP-1279's defaults of
-// mirror.groups.include and mirror.acl.include.
-var (
-	DefaultGroupsInclude = []string{".*"}
-	DefaultACLInclude    = []string{"*"}
+	KindConfigs    = mirrorapi.SyncConfigs
+	KindPartitions = mirrorapi.SyncPartitions
+	KindGroups     = mirrorapi.SyncGroups
+	KindACLs       = mirrorapi.SyncACLs
 )
 
 // Result is what one sync of a kind did.
@@ -71,16 +56,12 @@ type Result struct {
 // concurrent use.
 type Tracker struct {
 	mu sync.Mutex
-	st map[Kind]*mirrorapi.SyncStatus
+	st mirrorapi.MetadataSync
 }
 
 // NewTracker returns a tracker with no sync recorded.
 func NewTracker() *Tracker {
-	t := &Tracker{st: map[Kind]*mirrorapi.SyncStatus{}}
-	for _, k := range Kinds {
-		t.st[k] = &mirrorapi.SyncStatus{}
-	}
-	return t
+	return &Tracker{}
 }
 
 // Record records the outcome of a sync of kind that ended at now. It
@@ -89,11 +70,7 @@ func NewTracker() *Tracker {
 func (t *Tracker) Record(kind Kind, res Result, err error, now time.Time) (changed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := t.st[kind]
-	if s == nil {
-		s = &mirrorapi.SyncStatus{}
-		t.st[kind] = s
-	}
+	s := &t.st[kind]
 	prev := s.LastError
 	if err != nil {
 		s.LastError = err.Error()
@@ -113,72 +90,9 @@ func (t *Tracker) Record(kind Kind, res Result, err error, now time.Time) (chang
 func (t *Tracker) Status() mirrorapi.MetadataSync {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	get := func(k Kind) mirrorapi.SyncStatus {
-		s := *t.st[k]
-		s.Drift = slices.Clone(s.Drift)
-		return s
+	st := t.st
+	for i := range st {
+		st[i].Drift = slices.Clone(st[i].Drift)
 	}
-	return mirrorapi.MetadataSync{Configs: get(KindConfigs), Partitions: get(KindPartitions), Groups: get(KindGroups), ACLs: get(KindACLs)}
-}
-
-// Filter selects consumer groups by mirror.groups.include and
-// mirror.groups.exclude: whole-id regular expressions, exclude winning.
-type Filter struct {
-	include, exclude []*regexp.Regexp
-}
-
-// NewFilter compiles include (nil means DefaultGroupsInclude, empty
-// matches nothing) and exclude. The error names the field and the pattern.
-func NewFilter(include, exclude []string) (*Filter, error) {
-	if include == nil {
-		include = DefaultGroupsInclude
-	}
-	f := &Filter{}
-	var err error
-	if f.include, err = compileAll("groups_include", include); err != nil {
-		return nil, err
-	}
-	if f.exclude, err = compileAll("groups_exclude", exclude); err != nil {
-		return nil, err
-	}
-	return f, nil
-}
-
-// Match reports whether group's offsets are synced.
-func (f *Filter) Match(group string) bool {
-	match := func(rs []*regexp.Regexp) bool {
-		return slices.ContainsFunc(rs, func(r *regexp.Regexp) bool { return r.MatchString(group) })
-	}
-	return match(f.include) && !match(f.exclude)
-}
-
-// compileAll compiles each pattern anchored at both ends, as Java's
-// Pattern.matches (which KIP-1279 and MirrorMaker 2 use) matches whole ids.
-func compileAll(field string, patterns []string) ([]*regexp.Regexp, error) {
-	out := make([]*regexp.Regexp, 0, len(patterns))
-	for _, p := range patterns {
-		r, err := compileWhole(p)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %q is not a valid regular expression: %v", field, p, regexpReason(err))
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-func compileWhole(p string) (*regexp.Regexp, error) {
-	if strings.TrimSpace(p) == "" {
-		return nil, fmt.Errorf("empty pattern")
-	}
-	return regexp.Compile("^(?:" + p + ")$")
-}
-
-// regexpReason is a regexp error without the pattern, which the caller
-// names already (and which compileWhole wrapped).
-func regexpReason(err error) string {
-	var se *syntax.Error
-	if errors.As(err, &se) {
-		return fmt.Sprintf("%s: %q", se.Code, se.Expr)
-	}
-	return err.Error()
+	return st
 }

@@ -3,11 +3,14 @@ package metasync
 import (
 	"errors"
 	"fmt"
-	"strings"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 func TestClampOffset(t *testing.T) {
@@ -28,98 +31,60 @@ func TestClampOffset(t *testing.T) {
 	}
 }
 
-func TestFilter(t *testing.T) {
-	for _, c := range []struct {
-		name             string
-		include, exclude []string
-		match, skip      []string
-	}{
-		{"default includes every group", nil, nil, []string{"a", "console-consumer-1", ""}, nil},
-		{"empty include matches none", []string{}, nil, nil, []string{"a"}},
-		{"whole ids only", []string{"app"}, nil, []string{"app"}, []string{"app-1", "my-app"}},
-		{"exclude wins", []string{"app-.*"}, []string{"app-test.*"}, []string{"app-1"}, []string{"app-test-2", "other"}},
-		{"several includes", []string{"a", "b.*"}, nil, []string{"a", "bc"}, []string{"c"}},
-	} {
-		f, err := NewFilter(c.include, c.exclude)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		checkMatch(t, c.name, f.Match, c.match, c.skip)
-	}
-}
-
-// checkMatch fails the test for each of match that m does not match and
-// each of skip that it does; what names m.
-func checkMatch[T any](t *testing.T, what string, m func(T) bool, match, skip []T) {
-	t.Helper()
-	for _, v := range match {
-		if !m(v) {
-			t.Errorf("%s does not match %q", what, any(v))
-		}
-	}
-	for _, v := range skip {
-		if m(v) {
-			t.Errorf("%s matches %q", what, any(v))
-		}
-	}
-}
-
-func TestFilterErrors(t *testing.T) {
-	for _, c := range []struct {
-		include, exclude []string
-		want             string
-	}{
-		{[]string{"app-("}, nil, `groups_include: "app-(" is not a valid regular expression: missing closing )`},
-		{nil, []string{"*"}, `groups_exclude: "*" is not a valid regular expression: missing argument to repetition operator`},
-		{[]string{" "}, nil, `groups_include: " " is not a valid regular expression: empty pattern`},
-	} {
-		_, err := NewFilter(c.include, c.exclude)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("NewFilter(%q, %q) = %v, want an error containing %q", c.include, c.exclude, err, c.want)
-		}
-	}
-}
-
 func TestACLRules(t *testing.T) {
 	acl := func(rt kmsg.ACLResourceType, name string, op kmsg.ACLOperation, perm kmsg.ACLPermissionType, principal string) ACL {
 		return ACL{ResourceType: rt, ResourceName: name, PatternType: kmsg.ACLResourcePatternTypeLiteral, Principal: principal, Host: "*", Operation: op, Permission: perm}
 	}
 	allowReadOrders := acl(kmsg.ACLResourceTypeTopic, "orders-eu", kmsg.ACLOperationRead, kmsg.ACLPermissionTypeAllow, "User:alice")
 	denyWriteGroup := acl(kmsg.ACLResourceTypeGroup, "app", kmsg.ACLOperationWrite, kmsg.ACLPermissionTypeDeny, "User:bob")
+	a, d := allowReadOrders, denyWriteGroup
 	for _, c := range []struct {
-		rule        string
-		match, skip []ACL
+		rule string
+		acl  ACL
+		want bool
 	}{
-		{"*", []ACL{allowReadOrders, denyWriteGroup}, nil},
-		{"TOPIC", []ACL{allowReadOrders}, []ACL{denyWriteGroup}},
-		{"topic;orders-.*", []ACL{allowReadOrders}, []ACL{denyWriteGroup}},
-		{"TOPIC;orders", nil, []ACL{allowReadOrders}}, // the whole name
-		{"*;*;READ;ALLOW", []ACL{allowReadOrders}, []ACL{denyWriteGroup}},
-		{"GROUP;*;*;DENY", []ACL{denyWriteGroup}, []ACL{allowReadOrders}},
-		{"*;*;*;*;User:bob", []ACL{denyWriteGroup}, []ACL{allowReadOrders}},
-		{"TRANSACTIONAL_ID", nil, []ACL{allowReadOrders, denyWriteGroup}},
+		{"*", a, true}, {"*", d, true},
+		{"TOPIC", a, true}, {"TOPIC", d, false},
+		{"topic;orders-.*", a, true}, {"topic;orders-.*", d, false},
+		{"TOPIC;orders", a, false}, // the whole name
+		{"*;*;READ;ALLOW", a, true}, {"*;*;READ;ALLOW", d, false},
+		{"GROUP;*;*;DENY", d, true}, {"GROUP;*;*;DENY", a, false},
+		{"*;*;*;*;User:bob", d, true}, {"*;*;*;*;User:bob", a, false},
+		{"TRANSACTIONAL_ID", a, false}, {"TRANSACTIONAL_ID", d, false},
+		{"transactional-id;*;idempotent_write", a, false},
 	} {
-		r, err := ParseACLRule(c.rule)
+		r, err := mirrorspec.ParseACLRule(c.rule)
 		if err != nil {
 			t.Fatalf("%q: %v", c.rule, err)
 		}
-		checkMatch(t, fmt.Sprintf("rule %q", c.rule), r.Match, c.match, c.skip)
+		if got := match(r, c.acl); got != c.want {
+			t.Errorf("rule %q on %s: %v, want %v", c.rule, c.acl, got, c.want)
+		}
 	}
 }
 
-func TestACLRuleErrors(t *testing.T) {
-	for _, c := range []struct{ rule, want string }{
-		{"TOPIC;a;READ;ALLOW;User:x;extra", "has 6 fields"},
-		{"TABLE", `resource type "TABLE" is not one of`},
-		{"ANY", `resource type "ANY" is not one of`},
-		{"TOPIC;orders(", `resource name "orders(" is not a valid regular expression`},
-		{"TOPIC;*;FLY", `operation "FLY" is not one of`},
-		{"TOPIC;*;READ;MAYBE", `permission "MAYBE" is not ALLOW, DENY or *`},
-		{"TOPIC;*;READ;ALLOW;alice", `principal "alice" is not TYPE:NAME`},
+// TestACLNamesMatchKafka: the names rules may use are exactly the names of
+// Kafka's enums, less ANY, so that every ACL binding a broker returns can be
+// selected and no rule names what a broker cannot have.
+func TestACLNamesMatchKafka(t *testing.T) {
+	for _, c := range []struct {
+		what  string
+		spec  []string
+		kafka []string
+		parse func(string) error
+	}{
+		{"resource types", mirrorspec.ACLResourceTypes, kmsg.ACLResourceTypeStrings(), func(s string) error { _, err := kmsg.ParseACLResourceType(s); return err }},
+		{"operations", mirrorspec.ACLOperations, kmsg.ACLOperationStrings(), func(s string) error { _, err := kmsg.ParseACLOperation(s); return err }},
+		{"permissions", mirrorspec.ACLPermissions, kmsg.ACLPermissionTypeStrings(), func(s string) error { _, err := kmsg.ParseACLPermissionType(s); return err }},
 	} {
-		_, err := ParseACLRules("acl_include", []string{"*", c.rule})
-		if err == nil || !strings.HasPrefix(err.Error(), "acl_include: ") || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("rule %q: %v, want an error naming acl_include and saying %q", c.rule, err, c.want)
+		kafka := slices.DeleteFunc(slices.Clone(c.kafka), func(s string) bool { return s == "ANY" || s == "UNKNOWN" })
+		if spec := slices.Sorted(slices.Values(c.spec)); !slices.Equal(spec, slices.Sorted(slices.Values(kafka))) {
+			t.Errorf("%s: mirrorspec has %q, kmsg %q", c.what, c.spec, kafka)
+		}
+		for _, s := range c.spec {
+			if err := c.parse(s); err != nil {
+				t.Errorf("%s: kmsg cannot parse %q: %v", c.what, s, err)
+			}
 		}
 	}
 }
@@ -153,16 +118,40 @@ func TestTracker(t *testing.T) {
 	tr.Record(KindConfigs, Result{Items: 2, Drift: []string{"topic a: x"}}, nil, at)
 	tr.Record(KindConfigs, Result{Items: 2}, nil, at.Add(time.Second))
 	s := tr.Status()
-	if s.Groups.Items != 3 || s.Groups.LastSuccess != "2026-11-30T12:00:00Z" || s.Groups.Errors != 0 {
-		t.Errorf("groups %+v", s.Groups)
+	if g := s[KindGroups]; g.Items != 3 || g.LastSuccess != "2026-11-30T12:00:00Z" || g.Errors != 0 {
+		t.Errorf("groups %+v", g)
 	}
-	if s.ACLs.Errors != 2 || s.ACLs.LastError != "no authorizer" || s.ACLs.LastSuccess != "" {
-		t.Errorf("acls %+v", s.ACLs)
+	if a := s[KindACLs]; a.Errors != 2 || a.LastError != "no authorizer" || a.LastSuccess != "" {
+		t.Errorf("acls %+v", a)
 	}
-	if len(s.Configs.Drift) != 1 || s.Configs.LastSuccess != "2026-11-30T12:00:01Z" {
-		t.Errorf("configs %+v: the last drift should stay until a newer one", s.Configs)
+	if c := s[KindConfigs]; len(c.Drift) != 1 || c.LastSuccess != "2026-11-30T12:00:01Z" {
+		t.Errorf("configs %+v: the last drift should stay until a newer one", c)
+	}
+	s[KindConfigs].Drift[0] = "changed by the caller"
+	if d := tr.Status()[KindConfigs].Drift[0]; d != "topic a: x" {
+		t.Errorf("a caller's change to Status's drift reached the tracker: %q", d)
 	}
 	if changed := tr.Record(KindACLs, Result{Items: 1}, nil, at.Add(2*time.Second)); !changed {
 		t.Error("recovery not reported as a change")
+	}
+}
+
+// TestTrackerEveryKind: the tracker keeps a status of its own for each kind
+// of the table, and Status reports it under that kind.
+func TestTrackerEveryKind(t *testing.T) {
+	tr := NewTracker()
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	kinds := mirrorapi.SyncKinds()
+	for i, k := range kinds {
+		tr.Record(k, Result{Items: i + 1}, nil, at)
+		for range i {
+			tr.Record(k, Result{}, fmt.Errorf("%s failed", k), at)
+		}
+	}
+	s := tr.Status()
+	for i, k := range kinds {
+		if st := s[k]; st.Items != i+1 || st.Errors != int64(i) || st.LastSuccess == "" {
+			t.Errorf("kind %s: %+v, want %d items and %d errors", k, st, i+1, i)
+		}
 	}
 }

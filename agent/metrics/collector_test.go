@@ -158,10 +158,10 @@ func TestCollectorSync(t *testing.T) {
 	c.SetSource(fakeSource{{
 		Name: "dr", StateCounts: map[mirrorapi.State]int{},
 		Sync: mirrorapi.MetadataSync{
-			Configs:    mirrorapi.SyncStatus{LastSuccess: "2026-11-30T12:00:00Z", Items: 2},
-			Partitions: mirrorapi.SyncStatus{LastSuccess: "2026-11-30T12:00:00Z", Items: 6, Errors: 1},
-			Groups:     mirrorapi.SyncStatus{LastSuccess: "2026-11-30T12:00:01Z", Items: 4},
-			ACLs:       mirrorapi.SyncStatus{Errors: 7, LastError: "no authorizer"},
+			mirrorapi.SyncConfigs:    {LastSuccess: "2026-11-30T12:00:00Z", Items: 2},
+			mirrorapi.SyncPartitions: {LastSuccess: "2026-11-30T12:00:00Z", Items: 6, Errors: 1},
+			mirrorapi.SyncGroups:     {LastSuccess: "2026-11-30T12:00:01Z", Items: 4},
+			mirrorapi.SyncACLs:       {Errors: 7, LastError: "no authorizer"},
 		},
 	}})
 	want := `
@@ -185,5 +185,50 @@ kmirror_sync_last_success_timestamp_seconds{kind="partitions",mirror="dr"} 1.796
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "kmirror_sync_errors_total", "kmirror_sync_items", "kmirror_sync_last_success_timestamp_seconds"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestCollectorSyncEveryKind: each kind of mirrorapi's table has its own
+// series of each sync metric, labelled with its name.
+func TestCollectorSyncEveryKind(t *testing.T) {
+	var sync mirrorapi.MetadataSync
+	for _, k := range mirrorapi.SyncKinds() {
+		sync[k] = mirrorapi.SyncStatus{LastSuccess: "2026-11-30T12:00:00Z", Items: 10 + int(k), Errors: 100 + int64(k)}
+	}
+	c := metrics.NewCollector()
+	c.SetSource(fakeSource{{Name: "dr", StateCounts: map[mirrorapi.State]int{}, Sync: sync}})
+	fams, err := metrics.Registry(c).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]map[string]float64{} // metric, kind: value
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() != "kind" {
+					continue
+				}
+				if got[f.GetName()] == nil {
+					got[f.GetName()] = map[string]float64{}
+				}
+				got[f.GetName()][l.GetValue()] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			}
+		}
+	}
+	for _, k := range mirrorapi.SyncKinds() {
+		for metric, want := range map[string]float64{
+			"kmirror_sync_errors_total":                   float64(100 + k),
+			"kmirror_sync_items":                          float64(10 + k),
+			"kmirror_sync_last_success_timestamp_seconds": 1796040000,
+		} {
+			if v, ok := got[metric][k.String()]; !ok || v != want {
+				t.Errorf("%s{kind=%q} = %v (present %v), want %v", metric, k, v, ok, want)
+			}
+		}
+	}
+	for metric, kinds := range got {
+		if len(kinds) != len(mirrorapi.SyncKinds()) {
+			t.Errorf("%s has kinds %v, want each of %v", metric, kinds, mirrorapi.SyncKinds())
+		}
 	}
 }

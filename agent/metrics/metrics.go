@@ -10,6 +10,9 @@
 //	                            kmirror_partition_lag_seconds{mirror,topic,partition}
 //	FailedPartitionsCount       kmirror_failed_partitions{mirror}
 //	<State>PartitionState       kmirror_partitions{mirror,state}
+//	(why, by reason code)       kmirror_partition_reason{mirror,topic,partition,reason_code}:
+//	                            1 for each partition whose reason has a code
+//	                            (describe's reason_code; FAILED or not)
 //	BytesPerSec                 rate(kmirror_mirrored_bytes_total[…]) (per partition; sum by mirror)
 //	(records per second)        rate(kmirror_mirrored_records_total[…])
 //	RequestsPerSec (fetcher)    rate(kmirror_mirror_fetch_requests_total[…]) per mirror,
@@ -23,8 +26,9 @@
 //	                            (the throttle's ceiling, 0 without one) and
 //	                            kmirror_mirror_throttled_seconds_total{mirror}
 //	TopicConfigMetadataSyncError, ConsumerGroupOffsetSyncError, AclSyncError
-//	                            kmirror_sync_errors_total{mirror,kind} (kind configs,
-//	                            groups, acls; partitions for partition growth)
+//	                            kmirror_sync_errors_total{mirror,kind} (kind: each
+//	                            of mirrorapi.SyncKinds, such as configs, groups,
+//	                            acls; partitions for partition growth)
 //	(time of the last sync)     kmirror_sync_last_success_timestamp_seconds{mirror,kind}
 //	(items in sync)             kmirror_sync_items{mirror,kind}
 //
@@ -43,6 +47,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -81,6 +86,9 @@ var (
 		"Source records that retention removed before they were mirrored.", partLabels, nil)
 	descRetries = prometheus.NewDesc("kmirror_partition_retries_total",
 		"Times the partition's mirror restarted from the destination log end after an error.", partLabels, nil)
+	descReason = prometheus.NewDesc("kmirror_partition_reason",
+		"1 for a partition whose reason has a stable code (describe's reason_code: why it failed, or what it waits for); absent without one.",
+		append(slices.Clone(partLabels), "reason_code"), nil)
 
 	descMaxLag = prometheus.NewDesc("kmirror_mirror_max_lag_records",
 		"Largest partition lag of the mirror, in records (KIP-1279 MaxLag).", []string{"mirror"}, nil)
@@ -108,7 +116,7 @@ var (
 	descThrottled = prometheus.NewDesc("kmirror_mirror_throttled_seconds_total",
 		"Time the mirror's throttle held its throttled partitions back.", []string{"mirror"}, nil)
 	descSyncErrors = prometheus.NewDesc("kmirror_sync_errors_total",
-		"Failed metadata syncs of the mirror per kind (configs, partitions, groups, acls) since the agent started (KIP-1279 *SyncError).", []string{"mirror", "kind"}, nil)
+		"Failed metadata syncs of the mirror per kind ("+syncKinds()+") since the agent started (KIP-1279 *SyncError).", []string{"mirror", "kind"}, nil)
 	descSyncSuccess = prometheus.NewDesc("kmirror_sync_last_success_timestamp_seconds",
 		"Unix time of the last metadata sync of the kind that completed without error; absent before the first.", []string{"mirror", "kind"}, nil)
 	descSyncItems = prometheus.NewDesc("kmirror_sync_items",
@@ -137,7 +145,7 @@ func (c *Collector) SetSource(s Source) { c.src.Store(&s) }
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		descLag, descLagSeconds, descBytes, descRecords, descLost, descRetries,
+		descLag, descLagSeconds, descBytes, descRecords, descLost, descRetries, descReason,
 		descMaxLag, descFailed, descStates, descBuffered, descMirrorError, descTopicError,
 		descSyncErrors, descSyncSuccess, descSyncItems,
 		descFetchRequests, descFetchErrors, descFetchThrottle,
@@ -187,9 +195,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descThrottleRate, rate)
 		counter(descThrottled, float64(m.Fetch.ThrottledMillis)/1000)
 		gauge(descMirrorError, b2f(m.Error != ""))
-		for kind, s := range map[string]mirrorapi.SyncStatus{
-			"configs": m.Sync.Configs, "partitions": m.Sync.Partitions, "groups": m.Sync.Groups, "acls": m.Sync.ACLs,
-		} {
+		for k, s := range m.Sync.All() {
+			kind := k.String()
 			ch <- prometheus.MustNewConstMetric(descSyncErrors, prometheus.CounterValue, float64(s.Errors), m.Name, kind)
 			gauge(descSyncItems, float64(s.Items), kind)
 			if t, err := time.Parse(time.RFC3339, s.LastSuccess); err == nil {
@@ -206,9 +213,21 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(descRecords, prometheus.CounterValue, float64(p.Records), l...)
 				ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(p.LostRecords), l...)
 				ch <- prometheus.MustNewConstMetric(descRetries, prometheus.CounterValue, float64(p.Retries), l...)
+				if p.ReasonCode != "" {
+					ch <- prometheus.MustNewConstMetric(descReason, prometheus.GaugeValue, 1, append(l, string(p.ReasonCode))...)
+				}
 			}
 		}
 	}
+}
+
+// syncKinds lists the kinds of metadata sync for a help text.
+func syncKinds() string {
+	var names []string
+	for _, k := range mirrorapi.SyncKinds() {
+		names = append(names, k.String())
+	}
+	return strings.Join(names, ", ")
 }
 
 func b2f(b bool) float64 {

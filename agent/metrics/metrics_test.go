@@ -22,7 +22,9 @@ import (
 	"github.com/kmirror/kmirror/agent/coordinator/coordinatortest"
 	"github.com/kmirror/kmirror/agent/metrics"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 type scrape map[string]*dto.MetricFamily
@@ -79,9 +81,9 @@ func part(topic string, p int32) map[string]string {
 }
 
 func TestScrapeCoordinator(t *testing.T) {
-	src := devcluster.StartT(t, devcluster.Name("src"),
+	src := devclustertest.Start(t, devcluster.Name("src"),
 		devcluster.KfakeOptions(kfake.SeedTopics(2, "orders"), kfake.SeedTopics(1, "events")))
-	dst := devcluster.StartT(t, devcluster.Name("dst"))
+	dst := devclustertest.Start(t, devcluster.Name("dst"))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	co := coordinatortest.Start(t, coordinator.Config{
@@ -106,7 +108,7 @@ func TestScrapeCoordinator(t *testing.T) {
 	}
 	c.SetSource(co)
 
-	if err := co.Create(ctx, coordinator.MirrorSpec{Name: "dr", Source: mirrorapi.Source{BootstrapServers: src.Bootstrap()}, Topics: []string{"orders", "events"}}); err != nil {
+	if err := co.Create(ctx, mirrorspec.Spec{Name: "dr", Source: mirrorapi.Source{BootstrapServers: src.Bootstrap()}, Topics: []string{"orders", "events"}}); err != nil {
 		t.Fatal(err)
 	}
 	type tpn struct {

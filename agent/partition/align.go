@@ -2,9 +2,9 @@ package partition
 
 import (
 	"context"
-	"fmt"
 	"time"
 
+	"github.com/kmirror/kmirror/internal/reason"
 	"github.com/kmirror/kmirror/internal/recordbatch"
 )
 
@@ -20,13 +20,27 @@ func (m *Mirror) align(ctx context.Context, target int64) error {
 		lost = target - m.next
 		m.log.Warn("source retention removed records before they were mirrored", "from", m.next, "to", target, "lost", lost)
 	}
-	m.setState(Preparing, fmt.Sprintf("aligning the destination log start to the source's (%d)", target))
+	m.setState(Preparing, reason.New(reason.Aligning, "aligning the destination log start to the source's (%d)", target))
 	// Padding batches differ only in their sequence, which writePlain
 	// rewrites in place (with the CRC): one batch is built and sent again
 	// while its size fits, renewed every minute so that its timestamps stay
 	// recent. Building one for every 20000 offsets took 70% of the agent's
 	// CPU while padding and capped it near 20M offsets/s (make bench), and
 	// compressing costs more than building.
+	// The checkpoint is saved before the padding, with the sequence the
+	// writer will have after it: a kill after the last padding batch
+	// landed, before DeleteRecords, leaves a destination end equal to
+	// target, which resync recognises by the checkpoint and cuts. A
+	// retry of this same alignment keeps the loss counted the first time.
+	total := lost
+	if prev, ok := m.cfg.Checkpoints.Alignment(tp); ok && prev.Offset == target {
+		total = prev.Lost
+	} else if ok {
+		total += prev.Lost
+	}
+	if err := m.cfg.Checkpoints.SaveAlignment(ctx, tp, Alignment{Offset: target, NextSeq: seqAfter(m.seq, target-m.next), Lost: total}); err != nil {
+		return err
+	}
 	var (
 		pad   []byte
 		padN  int32
@@ -37,7 +51,7 @@ func (m *Mirror) align(ctx context.Context, target int64) error {
 		if n != padN || time.Since(built) > time.Minute {
 			b, err := padBatch(n, m.cfg.KeyedPad, m.cfg.ProducerID, m.cfg.Epoch, m.seq)
 			if err != nil {
-				return fail("building a padding batch: %v", err)
+				return fail(reason.BatchRewriteFailed, "building a padding batch: %v", err)
 			}
 			pad, padN, built = b, n, time.Now()
 		}
@@ -49,13 +63,6 @@ func (m *Mirror) align(ctx context.Context, target int64) error {
 		m.st.PadRemaining = target - m.next
 		m.mu.Unlock()
 	}
-	total := lost
-	if prev, ok := m.cfg.Checkpoints.Alignment(tp); ok {
-		total += prev.Lost
-	}
-	if err := m.cfg.Checkpoints.SaveAlignment(ctx, tp, Alignment{Offset: target, NextSeq: m.seq, Lost: total}); err != nil {
-		return err
-	}
 	if err := m.cfg.Writer.DeleteRecords(ctx, tp.Topic, tp.Partition, target); err != nil {
 		return err
 	}
@@ -64,9 +71,15 @@ func (m *Mirror) align(ctx context.Context, target int64) error {
 	m.st.LostRecords = total
 	m.mu.Unlock()
 	if lost > 0 {
-		m.setState(Preparing, fmt.Sprintf("source retention removed offsets %d to %d before they were mirrored", target-lost, target-1))
+		m.setState(Preparing, reason.New(reason.RetentionLoss, "source retention removed offsets %d to %d before they were mirrored", target-lost, target-1))
 	}
 	return nil
+}
+
+// seqAfter is the sequence after n more records from seq: Kafka's
+// sequences wrap at 2^31 (addSeq), and n may be larger than an int32.
+func seqAfter(seq int32, n int64) int32 {
+	return int32((int64(seq) + n) % (1 << 31))
 }
 
 // padCodec compresses padding batches. Their records differ only in the

@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/recordbatch"
 )
 
@@ -19,7 +19,7 @@ import (
 // as one batch of n offsets.
 func TestPadBatch(t *testing.T) {
 	ctx := context.Background()
-	c := devcluster.StartT(t)
+	c := devclustertest.Start(t)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Bootstrap()...))
 	if err != nil {
 		t.Fatal(err)

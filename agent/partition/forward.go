@@ -10,6 +10,7 @@ import (
 
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/writer"
+	"github.com/kmirror/kmirror/internal/reason"
 	"github.com/kmirror/kmirror/internal/recordbatch"
 )
 
@@ -73,7 +74,7 @@ func (m *Mirror) handle(ctx context.Context, c fetcher.Chunk) error {
 	for rest := c.Records; len(rest) > 0; {
 		b, r, err := recordbatch.Next(rest)
 		if err != nil {
-			return fail("reading a source batch of %s: %v", m.cfg.TP, err)
+			return fail(reason.SourceBatchInvalid, "reading a source batch of %s: %v", m.cfg.TP, err)
 		}
 		if b == nil {
 			break
@@ -105,7 +106,8 @@ func (m *Mirror) watchHanging(c fetcher.Chunk) {
 	case !stalled:
 		m.stalledAt, m.stalledSince = -1, time.Time{}
 		if m.st.State == Mirroring && m.st.Reason != "" && m.hangingReason {
-			m.st.Reason, m.hangingReason = m.lossReason, false
+			m.setReasonLocked(m.lossReason)
+			m.hangingReason = false
 		}
 	case m.stalledAt != c.LastStable:
 		m.stalledAt, m.stalledSince = c.LastStable, time.Now()
@@ -121,8 +123,8 @@ func (m *Mirror) reportHanging() {
 	if m.stalledAt < 0 || m.st.State != Mirroring || time.Since(m.stalledSince) <= m.cfg.HangingAfter {
 		return
 	}
-	m.st.Reason = fmt.Sprintf("waiting for a source transaction open at offset %d since %s: mirroring copies only decided records (below the source's last stable offset); if the producer died, abort the transaction on the source (kafka-transactions.sh abort)",
-		m.stalledAt, m.stalledSince.UTC().Format(time.RFC3339))
+	m.setReasonLocked(reason.New(reason.HangingTransaction, "waiting for a source transaction open at offset %d since %s: mirroring copies only decided records (below the source's last stable offset); if the producer died, abort the transaction on the source (kafka-transactions.sh abort)",
+		m.stalledAt, m.stalledSince.UTC().Format(time.RFC3339)))
 	m.hangingReason = true
 }
 
@@ -132,7 +134,7 @@ func (m *Mirror) reportHanging() {
 func (m *Mirror) forward(ctx context.Context, b []byte) error {
 	h, err := recordbatch.ParseHeader(b)
 	if err != nil {
-		return fail("reading a source batch of %s: %v", m.cfg.TP, err)
+		return fail(reason.SourceBatchInvalid, "reading a source batch of %s: %v", m.cfg.TP, err)
 	}
 	if h.LastOffset() < m.src {
 		return nil // already on the destination
@@ -148,7 +150,7 @@ func (m *Mirror) forward(ctx context.Context, b []byte) error {
 	if h.IsControl() {
 		commit, err := recordbatch.ControlRecord(b)
 		if err != nil {
-			return fail("reading the transaction marker at source offset %d: %v", h.BaseOffset, err)
+			return fail(reason.SourceBatchInvalid, "reading the transaction marker at source offset %d: %v", h.BaseOffset, err)
 		}
 		m.aborted.marker(h.ProducerID, h.BaseOffset, commit)
 		return m.invisible(ctx, h.LastOffset()+1-m.src)
@@ -158,7 +160,7 @@ func (m *Mirror) forward(ctx context.Context, b []byte) error {
 	if h.NumRecords != h.LastOffsetDelta+1 {
 		// A compacted batch with holes: brokers take dense batches only.
 		if parts, err = recordbatch.SplitDense(b); err != nil {
-			return fail("splitting the compacted source batch at offset %d: %v", h.BaseOffset, err)
+			return fail(reason.SourceBatchInvalid, "splitting the compacted source batch at offset %d: %v", h.BaseOffset, err)
 		}
 	}
 	for _, p := range parts {
@@ -185,17 +187,17 @@ func (m *Mirror) forward(ctx context.Context, b []byte) error {
 func (m *Mirror) writeVisible(ctx context.Context, b []byte, aborted bool) error {
 	h, err := recordbatch.ParseHeader(b)
 	if err != nil {
-		return fail("reading a source batch: %v", err)
+		return fail(reason.SourceBatchInvalid, "reading a source batch: %v", err)
 	}
 	if m.next > m.src {
-		return fail("duplicate transaction marker at destination offset %d where the source has a visible record; recover the partition to re-align it", m.src)
+		return failRealign(reason.DuplicateMarker, "duplicate transaction marker at destination offset %d where the source has a visible record", m.src)
 	}
 	if h.BaseOffset < m.src || h.LogAppendTime() {
 		// Re-encode: the batch straddles the offset the destination
 		// resumes from, or its timestamps are the source's append times.
 		nb, err := reencode(b, h, m.src)
 		if err != nil {
-			return fail("re-encoding the source batch at offset %d: %v", h.BaseOffset, err)
+			return fail(reason.BatchRewriteFailed, "re-encoding the source batch at offset %d: %v", h.BaseOffset, err)
 		}
 		b = nb
 	}
@@ -221,7 +223,7 @@ func (m *Mirror) writeVisible(ctx context.Context, b []byte, aborted bool) error
 // writePlain appends a batch through the plain idempotent writer.
 func (m *Mirror) writePlain(ctx context.Context, b []byte, n int32) error {
 	if err := recordbatch.Rewrite(b, m.cfg.ProducerID, m.cfg.Epoch, m.seq, false); err != nil {
-		return fail("rewriting the source batch for offset %d: %v", m.next, err)
+		return fail(reason.BatchRewriteFailed, "rewriting the source batch for offset %d: %v", m.next, err)
 	}
 	off, err := m.cfg.Writer.Produce(ctx, m.cfg.TP.Topic, m.cfg.TP.Partition, b)
 	if err != nil {
@@ -241,7 +243,7 @@ func (m *Mirror) writeAborted(ctx context.Context, b []byte, n int32) error {
 		m.data.open = true
 	}
 	if err := recordbatch.Rewrite(b, m.data.p.ID, m.data.p.Epoch, m.data.seq, true); err != nil {
-		return fail("rewriting the aborted source batch for offset %d: %v", m.next, err)
+		return fail(reason.BatchRewriteFailed, "rewriting the aborted source batch for offset %d: %v", m.next, err)
 	}
 	off, err := m.cfg.Writer.ProduceTxn(ctx, m.data.id, tp.Topic, tp.Partition, b)
 	if err != nil {
@@ -257,13 +259,13 @@ func (m *Mirror) writeAborted(ctx context.Context, b []byte, n int32) error {
 func (m *Mirror) landed(ctx context.Context, off int64, n int32, seq *int32) error {
 	switch {
 	case off < m.next:
-		return fail("the destination put the batch for offset %d at offset %d: the destination log was truncated (an unclean leader election or a lost write); recover the partition to re-align it",
+		return failRealign(reason.DestinationLostRecords, "the destination put the batch for offset %d at offset %d: the destination log was truncated (an unclean leader election or a lost write)",
 			m.next, off)
 	case off > m.next:
 		if m.markerAt(ctx, m.next) {
-			return fail("duplicate transaction marker at destination offset %d where the source has a visible record; recover the partition to re-align it", m.next)
+			return failRealign(reason.DuplicateMarker, "duplicate transaction marker at destination offset %d where the source has a visible record", m.next)
 		}
-		return fail("the destination put the batch for offset %d at offset %d: something else wrote to this mirror topic (a foreign write); recover the partition to re-align it",
+		return failRealign(reason.ForeignWrite, "the destination put the batch for offset %d at offset %d: something else wrote to this mirror topic (a foreign write)",
 			m.next, off)
 	}
 	m.next += int64(n)
@@ -305,10 +307,10 @@ func (m *Mirror) classifyProduce(err error, p writer.Producer, seq int32) error 
 	case ke.Retriable:
 		return err
 	case errors.Is(err, kerr.InvalidRecord) && m.cfg.KeyedPad:
-		return fail("the destination refused the batch for offset %d: %v; a compacted destination topic refuses records without a key, which the source still holds (written before it was compacted); mirror the topic with cleanup.policy=delete until that range is copied",
+		return fail(reason.KeylessRecordRefused, "the destination refused the batch for offset %d: %v; a compacted destination topic refuses records without a key, which the source still holds (written before it was compacted); mirror the topic with cleanup.policy=delete until that range is copied",
 			m.next, err)
 	}
-	return fail("the destination refused the batch for offset %d: %v", m.next, err)
+	return fail(reason.DestinationRefused, "the destination refused the batch for offset %d: %v", m.next, err)
 }
 
 // reencode rebuilds a batch from its records at offsets ≥ from, with the

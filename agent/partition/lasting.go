@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/kmirror/kmirror/agent/writer"
+	"github.com/kmirror/kmirror/internal/reason"
 	"github.com/kmirror/kmirror/internal/recordbatch"
 )
 
@@ -64,16 +65,21 @@ func (l *lastingRetry) note(e *seqError) (exhausted bool) {
 // clear ends the count: the offset was written.
 func (l *lastingRetry) clear() { *l = lastingRetry{} }
 
+// status is the reason while retrying.
+func (l *lastingRetry) status() reason.Error {
+	return reason.Error{Code: reason.SequenceRetrying, Message: l.reason}
+}
+
 // healed is called when a write lands past the offset of sequence errors
 // being retried: the count starts again and the reason no longer says so.
 func (m *Mirror) healed() {
-	reason := m.lasting.reason
+	retrying := m.lasting.status()
 	m.log.Info("the destination took the batch it refused before", "offset", m.lasting.offset, "errors", m.lasting.n)
 	m.lasting.clear()
 	m.mu.Lock()
-	changed := m.st.Reason == reason && !m.stopping
+	changed := m.reasonLocked() == retrying && !m.stopping
 	if changed {
-		m.st.Reason = m.lossReason
+		m.setReasonLocked(m.lossReason)
 	}
 	st := m.st
 	m.mu.Unlock()
@@ -82,13 +88,13 @@ func (m *Mirror) healed() {
 	}
 }
 
-// noteRetrying puts reason in the status while Run retries, keeping the
-// state (MIRRORING, or PREPARING while aligning).
-func (m *Mirror) noteRetrying(reason string) {
+// noteRetrying puts r in the status while Run retries, keeping the state
+// (MIRRORING, or PREPARING while aligning).
+func (m *Mirror) noteRetrying(r reason.Error) {
 	m.mu.Lock()
-	changed := !m.stopping && m.st.Reason != reason && (m.st.State == Mirroring || m.st.State == Preparing)
+	changed := !m.stopping && m.reasonLocked() != r && (m.st.State == Mirroring || m.st.State == Preparing)
 	if changed {
-		m.st.Reason = reason
+		m.setReasonLocked(r)
 	}
 	st := m.st
 	m.mu.Unlock()
@@ -100,7 +106,7 @@ func (m *Mirror) noteRetrying(reason string) {
 // lastingFailure is the failure after lastingErrors sequence or producer
 // errors in a row at e's offset.
 func (m *Mirror) lastingFailure(ctx context.Context, e *seqError) error {
-	return fail("the destination refused the batch for offset %d with %s %d times in a row, each time after re-reading the destination end and the sequence: the agent sent producer id %d, epoch %d, sequence %d, and %s; find what else writes to the destination topic or changed its log (another process using the agent's producer id, records deleted by hand, producer.id.expiration.ms shorter than the age of the records mirrored), then recover the partition; if the destination topic was written by another producer, it must be recreated (kmirror recover --recreate)",
+	return fail(reason.SequenceLasting, "the destination refused the batch for offset %d with %s %d times in a row, each time after re-reading the destination end and the sequence: the agent sent producer id %d, epoch %d, sequence %d, and %s; find what else writes to the destination topic or changed its log (another process using the agent's producer id, records deleted by hand, producer.id.expiration.ms shorter than the age of the records mirrored), then recover the partition; if the destination topic was written by another producer, it must be recreated (kmirror recover --recreate)",
 		e.offset, e.code, lastingErrors, e.p.ID, e.p.Epoch, e.seq, m.ownTail(ctx, e.p.ID))
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/writer"
+	"github.com/kmirror/kmirror/internal/reason"
 	"github.com/kmirror/kmirror/internal/recordbatch"
 )
 
@@ -217,7 +218,7 @@ func TestSequenceErrorsRetriedThenFailed(t *testing.T) {
 	var changes []Status
 	m := New(Config{Mirror: "dr", TP: fetcher.TP{Topic: "orders", Partition: 3}, ProducerID: 4000, Epoch: 2,
 		OnChange: func(s Status) { changes = append(changes, s) }})
-	m.setState(Mirroring, "")
+	m.setState(Mirroring, reason.Error{})
 	m.next, m.seq = 100, 77
 
 	produceErr := &writer.ProduceError{Topic: "orders", Partition: 3, Err: kerr.OutOfOrderSequenceNumber}
@@ -231,7 +232,7 @@ func TestSequenceErrorsRetriedThenFailed(t *testing.T) {
 		if m.lasting.note(se) {
 			return m.lastingFailure(ctx, se)
 		}
-		m.noteRetrying(m.lasting.reason)
+		m.noteRetrying(m.lasting.status())
 		return nil
 	}
 
@@ -242,13 +243,13 @@ func TestSequenceErrorsRetriedThenFailed(t *testing.T) {
 		}
 	}
 	st := m.Status()
-	if st.State != Mirroring || !strings.Contains(st.Reason, "retrying the batch for destination offset 100, which the destination refused with OUT_OF_ORDER_SEQUENCE_NUMBER (2 of") {
-		t.Fatalf("while retrying: state %s, reason %q", st.State, st.Reason)
+	if st.State != Mirroring || st.ReasonCode != reason.SequenceRetrying || !strings.Contains(st.Reason, "retrying the batch for destination offset 100, which the destination refused with OUT_OF_ORDER_SEQUENCE_NUMBER (2 of") {
+		t.Fatalf("while retrying: state %s, reason %s %q", st.State, st.ReasonCode, st.Reason)
 	}
 	if err := m.landed(ctx, 100, 5, &m.seq); err != nil {
 		t.Fatal(err)
 	}
-	if st := m.Status(); st.State != Mirroring || st.Reason != "" || m.lasting.n != 0 || m.seq != 82 || m.next != 105 {
+	if st := m.Status(); st.State != Mirroring || st.Reason != "" || st.ReasonCode != "" || m.lasting.n != 0 || m.seq != 82 || m.next != 105 {
 		t.Fatalf("after the batch landed: state %s, reason %q, count %d, seq %d, next %d", st.State, st.Reason, m.lasting.n, m.seq, m.next)
 	}
 
@@ -263,6 +264,9 @@ func TestSequenceErrorsRetriedThenFailed(t *testing.T) {
 	var f *failure
 	if !errors.As(failed, &f) {
 		t.Fatalf("%v is not a failure", failed)
+	}
+	if c := reason.CodeOf(failed); c != reason.SequenceLasting || f.code != c {
+		t.Errorf("failure code %s (reason.CodeOf %s), want %s", f.code, c, reason.SequenceLasting)
 	}
 	for _, want := range []string{
 		"the destination refused the batch for offset 105 with OUT_OF_ORDER_SEQUENCE_NUMBER 10 times in a row",

@@ -28,6 +28,7 @@ import (
 	"github.com/kmirror/kmirror/agent/leaders"
 	"github.com/kmirror/kmirror/agent/writer"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/reason"
 	"github.com/kmirror/kmirror/internal/recordbatch"
 )
 
@@ -145,7 +146,7 @@ type Mirror struct {
 	aborted abortTracker
 	// lossReason says why LostRecords is not zero, kept as the reason of
 	// the MIRRORING state: a loss is reported, never silent.
-	lossReason string
+	lossReason reason.Error
 	// seenEnd is the highest destination end this mirror has seen (read
 	// or reached by its own acknowledged writes), in memory only: an end
 	// below it at resync means the destination lost records.
@@ -165,7 +166,7 @@ type Mirror struct {
 	// stopping, while set, keeps the reported state STOPPING with
 	// stopReason whatever Run reaches (a promote waiting for lag 0).
 	stopping   bool
-	stopReason string
+	stopReason reason.Error
 
 	mu       sync.Mutex
 	st       Status
@@ -243,15 +244,16 @@ func (m *Mirror) DestinationBounds(ctx context.Context) (leaders.Bounds, error) 
 // errHalted ends Run after Halt.
 var errHalted = errors.New("halted")
 
-// SetStopping reports the partition as STOPPING with reason while it may
-// still run (a promote waiting for lag 0), whatever state Run reaches,
-// until ClearStopping. OnChange hears of the state change, not of later
-// changes of the reason alone (a promote's progress, updated often).
-func (m *Mirror) SetStopping(reason string) {
+// SetStopping reports the partition as STOPPING with r while it may still
+// run (a promote waiting for lag 0), whatever state Run reaches, until
+// ClearStopping. OnChange hears of the state change, not of later changes
+// of the reason alone (a promote's progress, updated often).
+func (m *Mirror) SetStopping(r reason.Error) {
 	m.mu.Lock()
-	m.stopping, m.stopReason = true, reason
+	m.stopping, m.stopReason = true, r
 	changed := m.st.State != Stopping
-	m.st.State, m.st.Reason = Stopping, reason
+	m.st.State = Stopping
+	m.setReasonLocked(r)
 	st := m.st
 	m.mu.Unlock()
 	if changed && m.cfg.OnChange != nil {
@@ -260,13 +262,14 @@ func (m *Mirror) SetStopping(reason string) {
 }
 
 // ClearStopping ends SetStopping: the partition is MIRRORING again, with
-// reason.
-func (m *Mirror) ClearStopping(reason string) {
+// r.
+func (m *Mirror) ClearStopping(r reason.Error) {
 	m.mu.Lock()
 	m.stopping = false
 	changed := m.st.State == Stopping
 	if changed {
-		m.st.State, m.st.Reason = Mirroring, reason
+		m.st.State = Mirroring
+		m.setReasonLocked(r)
 	}
 	st := m.st
 	m.mu.Unlock()
@@ -353,26 +356,38 @@ func (m *Mirror) Status() Status {
 
 // Restore sets a state read from the state topic on a mirror that will not
 // run (a partition that failed before a restart stays failed).
-func (m *Mirror) Restore(s State, reason string) {
+func (m *Mirror) Restore(s State, r reason.Error) {
 	m.mu.Lock()
-	m.st.State, m.st.Reason = s, reason
+	m.st.State = s
+	m.setReasonLocked(r)
 	m.mu.Unlock()
 }
 
-func (m *Mirror) setState(s State, reason string) {
+// setReasonLocked puts r in the status, code and message together.
+func (m *Mirror) setReasonLocked(r reason.Error) {
+	m.st.Reason, m.st.ReasonCode = r.Message, r.Code
+}
+
+// reasonLocked is the status's reason.
+func (m *Mirror) reasonLocked() reason.Error {
+	return reason.Error{Code: m.st.ReasonCode, Message: m.st.Reason}
+}
+
+func (m *Mirror) setState(s State, r reason.Error) {
 	m.mu.Lock()
 	if m.stopping && s != Failed {
-		s, reason = Stopping, m.stopReason
+		s, r = Stopping, m.stopReason
 	}
-	changed := m.st.State != s || m.st.Reason != reason
-	m.st.State, m.st.Reason = s, reason
+	changed := m.st.State != s || m.reasonLocked() != r
+	m.st.State = s
+	m.setReasonLocked(r)
 	st := m.st
 	m.mu.Unlock()
 	if changed {
 		if s == Failed {
-			m.log.Error("partition failed", "reason", reason)
+			m.log.Error("partition failed", "reason", r.Message, "reason_code", r.Code)
 		} else {
-			m.log.Info("partition state", "state", s, "reason", reason)
+			m.log.Info("partition state", "state", s, "reason", r.Message, "reason_code", r.Code)
 		}
 		if m.cfg.OnChange != nil {
 			m.cfg.OnChange(st)
@@ -381,12 +396,40 @@ func (m *Mirror) setState(s State, reason string) {
 }
 
 // failure is an error that breaks the offset invariant if mirroring went on:
-// the partition stops in FAILED with this reason.
-type failure struct{ reason string }
+// the partition stops in FAILED with this reason and code.
+type failure struct {
+	code   reason.Code
+	reason string
+	// realign: a recover may clear the failure, and reason ends with
+	// recoverHint, which cannotAlign replaces after a recover.
+	realign bool
+}
 
 func (f *failure) Error() string { return f.reason }
 
-func fail(format string, args ...any) error { return &failure{fmt.Sprintf(format, args...)} }
+// Unwrap lets reason.CodeOf and errors.As find the code.
+func (f *failure) Unwrap() error { return &reason.Error{Code: f.code, Message: f.reason} }
+
+// status is the reason a partition fails with: after a recover
+// (recovering), a failure a recover may clear says instead that it could
+// not.
+func (f *failure) status(recovering bool) reason.Error {
+	if recovering && f.realign {
+		return reason.Error{Code: reason.RealignFailed, Message: strings.TrimSuffix(f.reason, recoverHint) + cannotAlign}
+	}
+	return reason.Error{Code: f.code, Message: f.reason}
+}
+
+// fail is a failure with code.
+func fail(code reason.Code, format string, args ...any) error {
+	return &failure{code: code, reason: fmt.Sprintf(format, args...)}
+}
+
+// failRealign is a failure with code that a recover may clear: its reason
+// ends with "; " and recoverHint.
+func failRealign(code reason.Code, format string, args ...any) error {
+	return &failure{code: code, reason: fmt.Sprintf(format, args...) + "; " + recoverHint, realign: true}
+}
 
 // Run mirrors the partition until ctx ends or the partition fails. Transient
 // errors are retried with backoff, each retry starting again from the
@@ -417,16 +460,12 @@ func (m *Mirror) Run(ctx context.Context) {
 			if m.lasting.note(se) {
 				err = m.lastingFailure(ctx, se)
 			} else {
-				m.noteRetrying(m.lasting.reason)
+				m.noteRetrying(m.lasting.status())
 			}
 		}
 		var f *failure
 		if errors.As(err, &f) {
-			reason := f.reason
-			if m.cfg.Recovering && strings.Contains(reason, recoverHint) {
-				reason = strings.Replace(reason, recoverHint, cannotAlign, 1)
-			}
-			m.setState(Failed, reason)
+			m.setState(Failed, f.status(m.cfg.Recovering))
 			m.closeDataTxn(ctx)
 			return
 		}
@@ -448,8 +487,8 @@ func (m *Mirror) Run(ctx context.Context) {
 	}
 }
 
-// recoverHint ends the reasons of failures a recover may clear; after a
-// recover that did not, cannotAlign replaces it.
+// recoverHint ends the reasons of failures a recover may clear
+// (failRealign); after a recover that did not, cannotAlign replaces it.
 const (
 	recoverHint = "recover the partition to re-align it"
 	cannotAlign = "a recover could not re-align the destination with the source: the destination topic must be recreated before this partition can mirror again: recover with recreate (kmirror recover --recreate) does it, and the destination's records are lost"
@@ -465,11 +504,11 @@ func (m *Mirror) runOnce(ctx context.Context) error {
 	if m.lasting.n > 0 && m.next > m.lasting.offset {
 		m.lasting.clear() // the destination end moved past it
 	}
-	reason := m.lossReason
+	r := m.lossReason
 	if m.lasting.n > 0 {
-		reason = m.lasting.reason
+		r = m.lasting.status()
 	}
-	m.setState(Mirroring, reason)
+	m.setState(Mirroring, r)
 	return m.copy(ctx)
 }
 
@@ -498,7 +537,7 @@ func (m *Mirror) resync(ctx context.Context) error {
 	// never goes back unless records are lost: resuming from a lower end
 	// would re-mirror silently over a log consumers already read.
 	if seen := max(m.seenEnd, m.next); dst.HighWatermark < seen {
-		return fail("the destination log end went back from %d to %d: records were lost on the destination (unclean leader election or a recreated topic); recover the partition to re-align it",
+		return failRealign(reason.DestinationLostRecords, "the destination log end went back from %d to %d: records were lost on the destination (unclean leader election or a recreated topic)",
 			seen, dst.HighWatermark)
 	}
 	m.seenEnd = dst.HighWatermark
@@ -510,7 +549,7 @@ func (m *Mirror) resync(ctx context.Context) error {
 	m.st.SourceOffset, m.st.SourceLastStable, m.st.SourceLogStart = src.HighWatermark, src.LastStable, src.LogStart
 	m.mu.Unlock()
 	if dst.HighWatermark > src.HighWatermark {
-		return fail("destination log end %d is beyond the source high watermark %d: the source log was truncated or recreated, or something else wrote to the destination; recover the partition to re-align it",
+		return failRealign(reason.DestinationAhead, "destination log end %d is beyond the source high watermark %d: the source log was truncated or recreated, or something else wrote to the destination",
 			dst.HighWatermark, src.HighWatermark)
 	}
 	if err := m.recoverSequences(ctx, dst); err != nil {
@@ -543,7 +582,7 @@ func (m *Mirror) resync(ctx context.Context) error {
 	// Records lost to source retention stay reported, across restarts
 	// too: the alignment checkpoint counts them.
 	if a, ok := m.cfg.Checkpoints.Alignment(tp); ok && a.Lost > 0 {
-		m.lossReason = fmt.Sprintf("source retention removed %d records before they were mirrored (the last at offset %d)", a.Lost, a.Offset-1)
+		m.lossReason = reason.New(reason.RetentionLoss, "source retention removed %d records before they were mirrored (the last at offset %d)", a.Lost, a.Offset-1)
 		m.mu.Lock()
 		m.st.LostRecords = a.Lost
 		m.mu.Unlock()
@@ -607,21 +646,24 @@ func (m *Mirror) recoverSequences(ctx context.Context, dst leaders.Bounds) error
 		return err
 	}
 	if foreign != nil {
-		return fail("the destination has a batch at offsets %d to %d from producer id %d, which the agent does not own (a foreign write to a mirror topic)",
+		return fail(reason.ForeignWrite, "the destination has a batch at offsets %d to %d from producer id %d, which the agent does not own (a foreign write to a mirror topic)",
 			foreign.BaseOffset, foreign.LastOffset(), foreign.ProducerID)
 	}
 	switch {
 	case gotPlain:
 		if plain.ProducerEpoch != m.cfg.Epoch {
-			return fail("the destination's last batch of producer id %d has epoch %d, not the agent's %d: another writer uses this producer id",
+			return fail(reason.ProducerIDInUse, "the destination's last batch of producer id %d has epoch %d, not the agent's %d: another writer uses this producer id",
 				m.cfg.ProducerID, plain.ProducerEpoch, m.cfg.Epoch)
 		}
 		m.seq = nextSeq(plain)
 	default:
-		if a, ok := m.cfg.Checkpoints.Alignment(tp); ok && a.Offset >= dst.LogStart {
+		// The checkpoint holds for a log cut at a.Offset; one for an
+		// alignment whose padding has not landed yet (align saves it
+		// first) is beyond the end, and the writer starts from 0.
+		if a, ok := m.cfg.Checkpoints.Alignment(tp); ok && a.Offset >= dst.LogStart && a.Offset <= dst.HighWatermark {
 			m.seq = a.NextSeq
 		} else if dst.HighWatermark > m.cfg.Base && dst.LogStart == dst.HighWatermark {
-			return fail("the destination log is empty at offset %d with no alignment record for it in the state topic; recover the partition to re-align it",
+			return failRealign(reason.DestinationLostRecords, "the destination log is empty at offset %d with no alignment record for it in the state topic",
 				dst.HighWatermark)
 		} else {
 			m.seq = 0

@@ -10,6 +10,7 @@ import (
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/leaders"
 	"github.com/kmirror/kmirror/agent/writer"
+	"github.com/kmirror/kmirror/internal/reason"
 	"github.com/kmirror/kmirror/internal/recordbatch"
 )
 
@@ -163,16 +164,19 @@ func (m *Mirror) afterMarker(ctx context.Context, txnID string, spare int64) err
 		return err
 	}
 	if st.State == "CompleteCommit" {
-		return fail("transaction %q was committed, not aborted: another process uses the agent's transactional ids", txnID)
+		return fail(reason.TransactionalIDInUse, "transaction %q was committed, not aborted: another process uses the agent's transactional ids", txnID)
 	}
 	return m.checkEnd(ctx, m.next+1, spare)
 }
 
-// checkEnd compares the destination end with want after markers: the
-// coordinator re-sends markers after a lost response or its own failover,
-// and a duplicate is one more invisible offset (review B1). Extra offsets
-// that are markers are absorbed where the source has invisible offsets right
-// after (spare of them); anything else fails the partition.
+// checkEnd compares the destination end with want after markers written
+// from m.next: the coordinator re-sends markers after a lost response or its
+// own failover, and a duplicate is one more invisible offset (review B1).
+// Extra offsets that are markers are absorbed where the source has
+// invisible offsets right after (spare of them); anything else fails the
+// partition. Every offset from m.next is read, not only those after want: a
+// record another producer wrote just before the markers takes m.next and
+// pushes them up, and it must not pass for a duplicate.
 func (m *Mirror) checkEnd(ctx context.Context, want, spare int64) error {
 	tp := m.cfg.TP
 	b, err := m.cfg.Writer.Bounds(ctx, tp.Topic, tp.Partition)
@@ -187,8 +191,9 @@ func (m *Mirror) checkEnd(ctx context.Context, want, spare int64) error {
 		return fmt.Errorf("destination end %d is below %d after a marker: retrying from the destination end", b.HighWatermark, want)
 	}
 	extra := b.HighWatermark - want
-	// Look at what took the extra offsets.
-	c, err := fetcher.ReadAt(ctx, m.cfg.Writer.Client(), m.cfg.Writer.Meta(), tp, want, 1<<20)
+	// Look at what took the offsets from the first marker on.
+	from := m.next
+	c, err := fetcher.ReadAt(ctx, m.cfg.Writer.Client(), m.cfg.Writer.Meta(), tp, from, 1<<20)
 	if err != nil {
 		return err
 	}
@@ -202,11 +207,11 @@ func (m *Mirror) checkEnd(ctx context.Context, want, spare int64) error {
 		if err != nil {
 			return err
 		}
-		if h.LastOffset() < want || h.BaseOffset >= b.HighWatermark {
+		if h.LastOffset() < from || h.BaseOffset >= b.HighWatermark {
 			continue
 		}
 		if !h.IsControl() {
-			return fail("the destination has a record at offset %d that the agent did not write (a foreign write to a mirror topic)", h.BaseOffset)
+			return fail(reason.ForeignWrite, "the destination has a record at offset %d that the agent did not write (a foreign write to a mirror topic)", h.BaseOffset)
 		}
 	}
 	if extra > spare {
@@ -293,7 +298,7 @@ func (m *Mirror) checkTail(ctx context.Context, dst, src leaders.Bounds) error {
 	}
 	for _, o := range markers {
 		if visible[o] {
-			return fail("duplicate transaction marker at destination offset %d where the source has a visible record; recover the partition to re-align it", o)
+			return failRealign(reason.DuplicateMarker, "duplicate transaction marker at destination offset %d where the source has a visible record", o)
 		}
 	}
 	return nil
@@ -319,9 +324,9 @@ func classifyTxn(err error, doing string) error {
 	switch {
 	case errors.Is(err, kerr.ProducerFenced), errors.Is(err, kerr.InvalidProducerEpoch),
 		errors.Is(err, kerr.InvalidProducerIDMapping), errors.Is(err, kerr.InvalidTxnState):
-		return fail("%s: %v: the destination transaction was aborted (transaction timeout) or another agent took over this partition", doing, err)
+		return fail(reason.TransactionFenced, "%s: %v: the destination transaction was aborted (transaction timeout) or another agent took over this partition", doing, err)
 	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
-		return fail("%s: %v: the agent needs WRITE and DESCRIBE on transactional ids %q on the destination", doing, err, "kmirror.*")
+		return fail(reason.TransactionalIDUnauthorized, "%s: %v: the agent needs WRITE and DESCRIBE on transactional ids %q on the destination", doing, err, "kmirror.*")
 	}
 	return fmt.Errorf("%s: %w", doing, err)
 }

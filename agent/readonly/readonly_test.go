@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 )
 
 func testCtx(t *testing.T) context.Context {
@@ -52,7 +53,7 @@ func secured(t *testing.T, agentIsSuper bool) *devcluster.Cluster {
 	if agentIsSuper {
 		opts = append(opts, devcluster.SuperUser("agent"))
 	}
-	return devcluster.StartT(t, opts...)
+	return devclustertest.Start(t, opts...)
 }
 
 func produce(t *testing.T, cl *kgo.Client, topic string) error {
@@ -195,7 +196,7 @@ func TestReleaseLeavesOtherACLs(t *testing.T) {
 // SECURITY_DISABLED, as Kafka does) Enforce reports enforced=false without
 // error, Release succeeds, and Check says so.
 func TestNoAuthorizer(t *testing.T) {
-	c := devcluster.StartT(t)
+	c := devclustertest.Start(t)
 	cl := client(t, c)
 	e := New(kadm.NewClient(cl), WithClient(cl))
 	enforced, err := e.Enforce(testCtx(t), "mirror")

@@ -27,8 +27,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"strings"
+
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 // SealedPrefix starts every sealed value.
@@ -37,42 +38,30 @@ const SealedPrefix = "kmirror-sealed:v1:"
 // KeySize is the size of a Box's key: AES-256.
 const KeySize = 32
 
-var (
-	envRef = regexp.MustCompile(`^\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}$`)
-	// As Kafka's ConfigTransformer: the path ends at the first colon,
-	// the key may hold more.
-	fileRef = regexp.MustCompile(`^\$\{file:([^:{}]+):([^{}]+)\}$`)
-)
-
 // IsReference says whether v is an ${env:NAME} or ${file:PATH:KEY}
-// reference.
-func IsReference(v string) bool { return envRef.MatchString(v) || fileRef.MatchString(v) }
+// reference (mirrorspec keeps the grammar, for the provider too).
+func IsReference(v string) bool { return mirrorspec.IsReference(v) }
 
 // IsSealed says whether v is a sealed value.
 func IsSealed(v string) bool { return strings.HasPrefix(v, SealedPrefix) }
 
 // CheckReference says what is wrong with a value that looks like a
 // reference ("${...}") but is not a valid one; nil for anything else.
-func CheckReference(v string) error {
-	if !strings.HasPrefix(v, "${") || IsReference(v) {
-		return nil
-	}
-	return errors.New(`not a valid reference: use ${env:NAME} or ${file:PATH:KEY}`)
-}
+func CheckReference(v string) error { return mirrorspec.CheckReference(v) }
 
 // Resolve returns the secret that v stands for: the environment variable
 // or file entry of a reference, the opened value of a sealed one (box may be
 // nil when v is not sealed), v itself for a literal.
 func Resolve(v string, box *Box) (string, error) {
-	if m := envRef.FindStringSubmatch(v); m != nil {
-		s, ok := os.LookupEnv(m[1])
+	switch kind, name, key, _ := mirrorspec.ParseReference(v); kind {
+	case "env":
+		s, ok := os.LookupEnv(name)
 		if !ok {
-			return "", fmt.Errorf("%s: the environment variable %s is not set in the agent's environment", v, m[1])
+			return "", fmt.Errorf("%s: the environment variable %s is not set in the agent's environment", v, name)
 		}
 		return s, nil
-	}
-	if m := fileRef.FindStringSubmatch(v); m != nil {
-		return fileValue(v, m[1], m[2])
+	case "file":
+		return fileValue(v, name, key)
 	}
 	if IsSealed(v) {
 		if box == nil {

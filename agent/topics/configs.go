@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 // Config names used here. Spelled once so that a typo cannot make a managed
@@ -44,22 +46,6 @@ const longMax = "9223372036854775807"
 // source batch that fits a default-configured source always fits the
 // destination.
 const DefaultMaxMessageBytes int32 = 1048588
-
-// defaultExclude is KIP-1279's default for mirror.topic.properties.exclude.
-// The replica-throttle lists name broker ids of the source cluster; the
-// timestamp, unclean-election and min.insync.replicas settings are decided
-// by the destination.
-var defaultExclude = []string{
-	"follower.replication.throttled.replicas",
-	"leader.replication.throttled.replicas",
-	"message.timestamp.difference.max.ms",
-	"log.message.timestamp.before.max.ms",
-	"log.message.timestamp.after.max.ms",
-	"message.timestamp.type",
-	"unclean.leader.election.enable",
-	"min.insync.replicas",
-	"mirror.name",
-}
 
 // invariantConfigs are the destination configs the invariant needs on every
 // mirror topic, whatever the source says (design-review B7, §1.5, §1.8):
@@ -101,11 +87,6 @@ var compactedConfigs = map[string]string{
 //     invariant's before/after settings are the only timestamp bounds.
 var alwaysDropped = []string{keyMirrorName, keyTimestampDifferenceMs}
 
-// DefaultExclude returns KIP-1279's default mirror.topic.properties.exclude
-// list. It returns a new slice each time so that no caller can change the
-// default for everyone.
-func DefaultExclude() []string { return slices.Clone(defaultExclude) }
-
 // InvariantKeys returns, sorted, the destination config keys the invariant
 // sets on every mirror topic, max.message.bytes included. Config sync must not
 // override them. On topics whose source is compacted, cleanup.policy,
@@ -131,12 +112,12 @@ func Managed(key, sourceCleanupPolicy string) bool {
 }
 
 // Copied reports whether DestinationConfigs copies the source config key:
-// it is neither in exclude (nil means DefaultExclude) nor one of the keys
+// it is neither in exclude (nil means mirrorspec.DefaultTopicConfigExclude) nor one of the keys
 // never copied. Config sync follows exactly these keys, less the Managed
 // ones.
 func Copied(key string, exclude []string) bool {
 	if exclude == nil {
-		exclude = defaultExclude
+		exclude = mirrorspec.DefaultTopicConfigExclude()
 	}
 	if slices.Contains(alwaysDropped, key) {
 		return false
@@ -149,7 +130,7 @@ func Copied(key string, exclude []string) bool {
 // DestinationConfigs returns the configs a destination topic must have.
 //
 // source holds the source topic's non-default configs (those set on the topic
-// itself). They are copied, minus exclude (nil means DefaultExclude) and minus
+// itself). They are copied, minus exclude (nil means mirrorspec.DefaultTopicConfigExclude) and minus
 // mirror.name and message.timestamp.difference.max.ms, which are never copied.
 // The invariant's own configs are then applied and always win:
 // compression.type=producer, message.timestamp.type=CreateTime, unlimited

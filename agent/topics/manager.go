@@ -73,7 +73,7 @@ type Option func(*Manager)
 
 // WithExclude sets mirror.topic.properties.exclude: source config keys that
 // are not copied to a new destination topic. Nil (the default) means
-// DefaultExclude.
+// mirrorspec.DefaultTopicConfigExclude.
 func WithExclude(keys []string) Option {
 	return func(m *Manager) { m.exclude = slices.Clone(keys) }
 }

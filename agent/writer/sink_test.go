@@ -16,6 +16,7 @@ import (
 
 	"github.com/kmirror/kmirror/agent/leaders"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/recordbatch"
 )
 
@@ -100,7 +101,7 @@ type fixture struct {
 
 func start(t *testing.T, opts ...devcluster.Option) *fixture {
 	t.Helper()
-	c := devcluster.StartT(t, opts...)
+	c := devclustertest.Start(t, opts...)
 	cl, err := kgo.NewClient(ClientOpts([]kgo.Opt{kgo.SeedBrokers(c.Bootstrap()...)})...)
 	if err != nil {
 		t.Fatal(err)

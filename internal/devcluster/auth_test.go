@@ -30,7 +30,7 @@ func as512(user, pass string) kgo.Opt {
 // alice and bob are not.
 func secured(t *testing.T, opts ...Option) *Cluster {
 	t.Helper()
-	return StartT(t, append([]Option{
+	return startT(t, append([]Option{
 		SASLUser("admin", "admin-secret"),
 		SASLUser("alice", "alice-secret"),
 		SASLUser("bob", "bob:secret"),
@@ -120,7 +120,7 @@ func TestACLsRefuseUsersWithoutACLs(t *testing.T) {
 // authenticate gets nothing; with a wrong password kfake closes the
 // connection.
 func TestSASLRefusesUnauthenticated(t *testing.T) {
-	c := StartT(t, SASLUser("alice", "alice-secret")) // SASL without ACLs
+	c := startT(t, SASLUser("alice", "alice-secret")) // SASL without ACLs
 	if err := c.Kfake().CreateTopic("t", 1, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestSASLRefusesUnauthenticated(t *testing.T) {
 // TestACLsWithoutSASL: every client is User:ANONYMOUS and is refused; the
 // helpers still work as the internal super user.
 func TestACLsWithoutSASL(t *testing.T) {
-	c := StartT(t, ACLs())
+	c := startT(t, ACLs())
 	if err := c.Kfake().CreateTopic("t", 1, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestSecurityDisabledWithoutACLs(t *testing.T) {
 	b := kadm.NewACLs().Topics("t").ResourcePatternType(kadm.ACLPatternLiteral).
 		Deny("User:*").DenyHosts("*").Operations(kadm.OpWrite)
 
-	adm := kadm.NewClient(newClient(t, StartT(t)))
+	adm := kadm.NewClient(newClient(t, startT(t)))
 	if _, err := adm.DescribeACLs(testCtx(t), b); !errors.Is(err, kerr.SecurityDisabled) {
 		rs, _ := adm.DescribeACLs(testCtx(t), b)
 		if len(rs) != 1 || !errors.Is(rs[0].Err, kerr.SecurityDisabled) {
@@ -235,7 +235,7 @@ func TestSecurityDisabledWithoutACLs(t *testing.T) {
 		t.Fatalf("delete: %v %+v, want SECURITY_DISABLED", err, ds)
 	}
 
-	lenient := kadm.NewClient(newClient(t, StartT(t, Lenient())))
+	lenient := kadm.NewClient(newClient(t, startT(t, Lenient())))
 	if rs, err := lenient.CreateACLs(testCtx(t), b); err != nil || rs[0].Err != nil {
 		t.Fatalf("lenient create: %v %+v, want kfake's success", err, rs)
 	}
@@ -257,7 +257,7 @@ func TestSASLUsersWinOverDataDir(t *testing.T) {
 		t.Fatalf("kfake saved no SASL users (the reset would be moot): %v", err)
 	}
 
-	c = StartT(t, DataDir(dir), SASLUser("alice", "two"), ACLs(), SuperUser("alice"))
+	c = startT(t, DataDir(dir), SASLUser("alice", "two"), ACLs(), SuperUser("alice"))
 	if err := produceOne(t, newClient(t, c, as256("alice", "two")), "d"); err != nil {
 		t.Fatalf("alice with the new password: %v", err)
 	}

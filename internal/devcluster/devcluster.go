@@ -17,14 +17,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -39,6 +36,16 @@ type Option interface {
 type option func(*config)
 
 func (o option) apply(c *config) { o(c) }
+
+// HasLogger says whether opts give a Logger (devclustertest logs through the
+// test unless one is given).
+func HasLogger(opts []Option) bool {
+	var probe config
+	for _, o := range opts {
+		o.apply(&probe)
+	}
+	return probe.logger != nil
+}
 
 type config struct {
 	name          string
@@ -270,66 +277,6 @@ func (l gatedListener) Accept() (net.Conn, error) {
 	<-l.ready
 	return l.Listener.Accept()
 }
-
-// StartT starts a cluster for a test: it fails the test if the cluster does
-// not start, closes it in Cleanup, and, unless a Logger option is given, logs
-// through t so that strict rejections show up next to a failing test.
-func StartT(t testing.TB, opts ...Option) *Cluster {
-	t.Helper()
-	var probe config
-	for _, o := range opts {
-		o.apply(&probe)
-	}
-	if probe.logger == nil {
-		opts = append([]Option{Logger(hclog.New(&hclog.LoggerOptions{
-			Name:   "devcluster",
-			Level:  hclog.Info,
-			Output: TestWriter(t),
-		}))}, opts...)
-	}
-	c, err := Start(opts...)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	// Cleanups run last-in first-out: the cluster closes before the
-	// writer stops.
-	t.Cleanup(c.Close)
-	return c
-}
-
-// TestWriter returns a writer that sends each line to tb.Log until the test
-// ends: goroutines (kfake's, an agent's) can still log after it, when t.Log
-// panics. Loggers of other test harnesses use it too.
-func TestWriter(tb testing.TB) io.Writer {
-	w := &testWriter{t: tb}
-	tb.Cleanup(w.stop)
-	return w
-}
-
-// testWriter sends log lines to t.Log until stop: kfake goroutines can still
-// log after the test ends, and t.Log then panics.
-type testWriter struct {
-	mu      sync.Mutex
-	t       testing.TB
-	stopped bool
-}
-
-func (w *testWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.stopped {
-		w.t.Log(strings.TrimRight(string(p), "\n"))
-	}
-	return len(p), nil
-}
-
-func (w *testWriter) stop() {
-	w.mu.Lock()
-	w.stopped = true
-	w.mu.Unlock()
-}
-
-var _ io.Writer = (*testWriter)(nil)
 
 // Name returns the cluster id.
 func (c *Cluster) Name() string { return c.name }

@@ -16,7 +16,7 @@ import (
 
 func TestStartOptions(t *testing.T) {
 	port := freeAdjacentPorts(t, 3)
-	c := StartT(t, Name("src"), Brokers(3), FirstPort(port))
+	c := startT(t, Name("src"), Brokers(3), FirstPort(port))
 	want := []string{
 		fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf("127.0.0.1:%d", port+1), fmt.Sprintf("127.0.0.1:%d", port+2),
 	}
@@ -104,7 +104,7 @@ func TestStartErrors(t *testing.T) {
 // across Close and Start.
 func TestDataDirSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
-	c := StartT(t, DataDir(dir))
+	c := startT(t, DataDir(dir))
 	cl := newClient(t, c)
 	if err := c.Kfake().CreateTopic("kept", 1, nil); err != nil {
 		t.Fatal(err)
@@ -115,7 +115,7 @@ func TestDataDirSurvivesRestart(t *testing.T) {
 	cl.Close()
 	c.Close()
 
-	c2 := StartT(t, DataDir(dir))
+	c2 := startT(t, DataDir(dir))
 	if hw := highWatermark(t, c2, "kept", 0); hw != 4 {
 		t.Fatalf("high watermark after restart %d, want 4", hw)
 	}
@@ -129,7 +129,7 @@ func TestDataDirSurvivesRestart(t *testing.T) {
 // works under the strict layer, and that a fault imitating a timeout after
 // the append never lets a refused batch into the log.
 func TestKfakeFaultsWithStrict(t *testing.T) {
-	c := StartT(t)
+	c := startT(t)
 	cl := newClient(t, c)
 	if err := c.Kfake().CreateTopic("f", 1, map[string]string{"cleanup.policy": "compact"}); err != nil {
 		t.Fatal(err)
@@ -180,4 +180,16 @@ func TestKfakeFaultsWithStrict(t *testing.T) {
 	if ls := c.Kfake().PartitionInfo("f", 0).LogStartOffset; ls != 0 {
 		t.Fatalf("log start offset %d after a refused DeleteRecords, want 0", ls)
 	}
+}
+
+// startT is devclustertest.Start for this package's own tests, which cannot
+// import it (it imports this package); their clusters log nowhere.
+func startT(t testing.TB, opts ...Option) *Cluster {
+	t.Helper()
+	c, err := Start(opts...)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
 }

@@ -124,7 +124,7 @@ func plainRecords(t *testing.T, cl *kgo.Client, topic string, n int) {
 // epoch; the next transaction (Count spent) takes three again, and
 // read_committed consumers see every record.
 func TestDuplicateMarkers(t *testing.T) {
-	c := StartT(t)
+	c := startT(t)
 	if err := c.Kfake().CreateTopic("dm", 1, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestDuplicateMarkers(t *testing.T) {
 // TestDuplicateMarkersLater shows duplicates that land after other writes:
 // held until Release, and delayed.
 func TestDuplicateMarkersLater(t *testing.T) {
-	c := StartT(t)
+	c := startT(t)
 	if err := c.Kfake().CreateTopic("dml", 1, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func TestDuplicateMarkersLater(t *testing.T) {
 // TestDuplicateMarkersPartitions restricts the duplicates to one partition
 // of a transaction that spans two.
 func TestDuplicateMarkersPartitions(t *testing.T) {
-	c := StartT(t)
+	c := startT(t)
 	if err := c.Kfake().CreateTopic("dmp", 2, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +307,7 @@ func addPartition(t *testing.T, cl *kgo.Client, id string, pid int64, epoch int1
 // PrepareCommit with the partitions; after Complete it says CompleteCommit
 // and AddPartitionsToTxn goes through.
 func TestConcurrentTransactions(t *testing.T) {
-	c := StartT(t)
+	c := startT(t)
 	if err := c.Kfake().CreateTopic("ct", 1, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -375,7 +375,7 @@ func TestConcurrentTransactions(t *testing.T) {
 // CONCURRENT_TRANSACTIONS and retried until the markers "land"; and a timed
 // window closes by itself.
 func TestConcurrentTransactionsKgo(t *testing.T) {
-	c := StartT(t)
+	c := startT(t)
 	if err := c.Kfake().CreateTopic("ctk", 1, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +446,7 @@ func idemBatch(pid int64, seq int32, n int) testBatch {
 // replay is accepted). Other producers keep their state, and the strict
 // layer still refuses a bad batch of the expired producer.
 func TestExpireProducerState(t *testing.T) {
-	c := StartT(t)
+	c := startT(t)
 	if err := c.Kfake().CreateTopic("exp", 1, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -527,7 +527,7 @@ func errCode(e *kerr.Error) int16 {
 // other writes: the ABORT marker lands at the current end, read_committed
 // consumers lose the transaction's records, and the producer is fenced.
 func TestTimeoutAbort(t *testing.T) {
-	c := StartT(t)
+	c := startT(t)
 	if err := c.Kfake().CreateTopic("ta", 1, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -619,7 +619,7 @@ func sendProduce(ctx context.Context, c *Cluster, cl *kgo.Client, topic string, 
 // process writes, then applies it at the new end of the log, for a sender
 // whose connection was cut and for one that was left waiting.
 func TestLateRequest(t *testing.T) {
-	c := StartT(t)
+	c := startT(t)
 	if err := c.Kfake().CreateTopic("late", 1, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -681,7 +681,7 @@ func TestLateRequest(t *testing.T) {
 // killed process's late batch is deduplicated while the producer state
 // lasts, and appended a second time once it expired.
 func TestLateRequestAfterExpiry(t *testing.T) {
-	c := StartT(t)
+	c := startT(t)
 	if err := c.Kfake().CreateTopic("b3", 1, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -726,7 +726,7 @@ func TestLateRequestAfterExpiry(t *testing.T) {
 // for every transactional id on one cluster: both intercept the same EndTxn
 // (one relays the other's copy) and both effects show.
 func TestFaultHelpersChain(t *testing.T) {
-	c := StartT(t)
+	c := startT(t)
 	if err := c.Kfake().CreateTopic("chain", 1, nil); err != nil {
 		t.Fatal(err)
 	}

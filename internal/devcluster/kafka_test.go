@@ -22,7 +22,7 @@ import (
 
 func startKafkaT(t *testing.T, opts ...Option) *Cluster {
 	t.Helper()
-	return StartT(t, append([]Option{Engine(Kafka)}, opts...)...)
+	return startT(t, append([]Option{Engine(Kafka)}, opts...)...)
 }
 
 func consumeAll(t *testing.T, c *Cluster, topic string, n int, opts ...kgo.Opt) []*kgo.Record {

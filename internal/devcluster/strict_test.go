@@ -28,7 +28,7 @@ func onEngines(t *testing.T, opts []Option, f func(t *testing.T, c *Cluster)) {
 	t.Helper()
 	for _, e := range []EngineKind{Embedded, Kafka} {
 		t.Run(string(e), func(t *testing.T) {
-			c := StartT(t, append([]Option{Engine(e)}, opts...)...)
+			c := startT(t, append([]Option{Engine(e)}, opts...)...)
 			if e == Kafka {
 				// Runs before the cluster closes (cleanups run last
 				// first): a failure shows what the brokers logged.
@@ -493,7 +493,7 @@ func testStrictDeleteRecords(t *testing.T, c *Cluster) {
 // kfake's configs on every request); a Kafka broker applies an altered
 // config once the metadata log reaches it, a moment later.
 func TestStrictFollowsConfigChanges(t *testing.T) {
-	c := StartT(t)
+	c := startT(t)
 	cl := newClient(t, c)
 	adm := kadm.NewClient(cl)
 	ctx := testCtx(t)
@@ -601,7 +601,7 @@ func pollN(t *testing.T, cl *kgo.Client, n int) []*kgo.Record {
 // TestLenient checks that Lenient leaves kfake's own answers (embedded
 // only: Kafka has no lenient mode).
 func TestLenient(t *testing.T) {
-	c := StartT(t, Lenient())
+	c := startT(t, Lenient())
 	cl := newClient(t, c)
 	createTopic(t, c, "compacted", 1, map[string]string{"cleanup.policy": "compact"})
 	if code := produceRaw(t, c, cl, nil, partBatch{"compacted", 0, withNullKey(plain(2)).encode(t)})["compacted/0"]; code != 0 {
@@ -618,7 +618,7 @@ func TestLenient(t *testing.T) {
 // idempotent and transactional) and consumer against a strict cluster.
 // Embedded only: it checks that the strict layer lets real clients through.
 func TestStrictClientsStillWork(t *testing.T) {
-	c := StartT(t)
+	c := startT(t)
 	ctx := testCtx(t)
 	codecs := map[string]kgo.CompressionCodec{
 		"none": kgo.NoCompression(), "gzip": kgo.GzipCompression(), "snappy": kgo.SnappyCompression(),

@@ -25,7 +25,7 @@ func TestTLS(t *testing.T) {
 		{"sasl_ssl", []Option{TLS(), SASLUser("alice", "alice-secret")}, []kgo.Opt{as512("alice", "alice-secret")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := StartT(t, append(tc.opts, KfakeOptions(kfake.SeedTopics(1, "t")))...)
+			c := startT(t, append(tc.opts, KfakeOptions(kfake.SeedTopics(1, "t")))...)
 			if len(c.CACertPEM()) == 0 || c.ClientTLS() == nil {
 				t.Fatal("a TLS cluster has no CA")
 			}
@@ -72,7 +72,7 @@ func TestTLSCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := StartT(t, TLSCertificate(cert))
+	c := startT(t, TLSCertificate(cert))
 	if len(c.CACertPEM()) != 0 {
 		t.Error("a cluster with a given certificate reports a CA of its own")
 	}

@@ -3,16 +3,15 @@ package mirrorapi
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 // AllPartitions is the Throttle.Partitions entry that throttles every
 // partition of the mirror.
 const AllPartitions = "*"
-
-var topicNameRE = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
 
 // ParseThrottlePartition reads one Throttle.Partitions entry: "*" (all is
 // true) or "topic:partition". The error names the entry and the fix.
@@ -25,8 +24,8 @@ func ParseThrottlePartition(s string) (topic string, partition int32, all bool, 
 		return "", 0, false, fmt.Errorf("%q: use TOPIC:PARTITION (such as orders:0) or %q for every partition", s, AllPartitions)
 	}
 	topic, num := s[:i], s[i+1:]
-	if !topicNameRE.MatchString(topic) || topic == "." || topic == ".." {
-		return "", 0, false, fmt.Errorf("%q: %q is not a valid Kafka topic name (1 to 249 letters, digits, '.', '_' or '-')", s, topic)
+	if err := mirrorspec.CheckKafkaTopicName(topic); err != nil {
+		return "", 0, false, fmt.Errorf("%q: %w", s, err)
 	}
 	n, perr := strconv.ParseInt(num, 10, 32)
 	if perr != nil || n < 0 {

@@ -3,6 +3,8 @@
 // read and write the same JSON.
 package mirrorapi
 
+import "github.com/kmirror/kmirror/internal/mirrorspec"
+
 // State is a mirror partition's lifecycle state (KIP-1279's, plus PAUSED).
 type State string
 
@@ -17,55 +19,17 @@ const (
 	StateFailed       State = "FAILED"
 )
 
-// Source is how a mirror reaches its source cluster (and, in the agent's
-// configuration, how the agent reaches the destination).
-//
-// Secret fields (SASL.Password, SASL.Token, SASL.ClientSecret, TLS.KeyPEM)
-// take a literal value, which the agent keeps encrypted in its state topic,
-// or a reference resolved by the agent when it connects: ${env:NAME} or
-// ${file:PATH:KEY} (KEY of the Java properties file PATH). Responses show a
-// literal as Redacted and a reference as written.
-type Source struct {
-	BootstrapServers []string `json:"bootstrap_servers"`
-	// SecurityProtocol is PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL;
-	// left out, it follows from SASL and TLS being given.
-	SecurityProtocol string      `json:"security_protocol,omitempty"`
-	SASL             *SourceSASL `json:"sasl,omitempty"`
-	TLS              *SourceTLS  `json:"tls,omitempty"`
-}
-
-// SourceSASL is a connection's SASL authentication.
-type SourceSASL struct {
-	// Mechanism is PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER.
-	Mechanism string `json:"mechanism"`
-	Username  string `json:"username,omitempty"`
-	Password  string `json:"password,omitempty"` // secret
-	// Token is a static OAUTHBEARER token (secret).
-	Token string `json:"token,omitempty"`
-	// TokenEndpoint, ClientID, ClientSecret (secret) and Scope get
-	// OAUTHBEARER tokens with the OAuth 2 client-credentials grant.
-	TokenEndpoint string `json:"token_endpoint,omitempty"`
-	ClientID      string `json:"client_id,omitempty"`
-	ClientSecret  string `json:"client_secret,omitempty"`
-	Scope         string `json:"scope,omitempty"`
-}
-
-// SourceTLS is a connection's TLS settings. A PEM field and its _file twin
-// are alternatives; files are read by the agent when it connects.
-type SourceTLS struct {
-	CAPEM              string `json:"ca_pem,omitempty"`
-	CAFile             string `json:"ca_file,omitempty"`
-	CertPEM            string `json:"cert_pem,omitempty"`
-	CertFile           string `json:"cert_file,omitempty"`
-	KeyPEM             string `json:"key_pem,omitempty"` // secret
-	KeyFile            string `json:"key_file,omitempty"`
-	InsecureSkipVerify bool   `json:"insecure_skip_verify,omitempty"`
-	// ServerName overrides the name checked in the brokers' certificates.
-	ServerName string `json:"server_name,omitempty"`
-}
+// Source, SourceSASL, SourceTLS and MirrorSpec are the mirror spec's
+// types (package mirrorspec, which validates them) under the API's names.
+type (
+	Source     = mirrorspec.Source
+	SourceSASL = mirrorspec.SASL
+	SourceTLS  = mirrorspec.TLS
+	MirrorSpec = mirrorspec.Spec
+)
 
 // Redacted stands for a literal secret in every response of the agent.
-const Redacted = "(sensitive)"
+const Redacted = mirrorspec.Redacted
 
 // DescribeResponse is the body of GET /v1/mirrors.
 type DescribeResponse struct {
@@ -117,37 +81,13 @@ type Mirror struct {
 	TxnTimeoutFrom string `json:"txn_timeout_from,omitempty"`
 }
 
-// MetadataSync is the state of each kind of metadata sync of a mirror.
-type MetadataSync struct {
-	Configs    SyncStatus `json:"configs"`
-	Partitions SyncStatus `json:"partitions"`
-	Groups     SyncStatus `json:"groups"`
-	ACLs       SyncStatus `json:"acls"`
-}
-
-// SyncStatus is one kind of metadata sync as describe shows it.
-type SyncStatus struct {
-	// LastSuccess is when a sync of this kind last completed without
-	// error (RFC 3339), empty before the first.
-	LastSuccess string `json:"last_success,omitempty"`
-	// Items is what the last sync found in sync on the destination:
-	// topics (configs), partitions, consumer groups, ACLs.
-	Items int `json:"items"`
-	// LastError is the error of the last sync, empty when it succeeded.
-	LastError string `json:"last_error,omitempty"`
-	// Errors counts failed syncs since the agent started (KIP-1279's
-	// TopicConfigMetadataSyncError, ConsumerGroupOffsetSyncError,
-	// AclSyncError).
-	Errors int64 `json:"errors"`
-	// Drift lists what the last sync that found destination-side changes
-	// to synced items reverted (configs only).
-	Drift []string `json:"drift,omitempty"`
-}
-
 // Topic is one mirror topic.
 type Topic struct {
 	Name  string `json:"name"`
 	Error string `json:"error,omitempty"`
+	// ErrorCode is Error's stable code (ReasonCode), empty when there is
+	// no error or it has no code.
+	ErrorCode ReasonCode `json:"error_code,omitempty"`
 	// ReadOnlyEnforced is whether the destination topic is read-only for
 	// everyone but the agent (a DENY WRITE ACL for User:*, DESIGN §4):
 	// false without an authorizer, when the agent is not a super user of
@@ -203,6 +143,9 @@ type Partition struct {
 	Partition int32  `json:"partition"`
 	State     State  `json:"state"`
 	Reason    string `json:"reason,omitempty"`
+	// ReasonCode is Reason's stable code (ReasonCode), empty when there
+	// is no reason.
+	ReasonCode ReasonCode `json:"reason_code,omitempty"`
 	// StopMode is how a STOPPING or STOPPED partition was stopped
 	// (StopModeFailover or StopModePromote); empty otherwise, and for
 	// partitions stopped before the agent kept it.
@@ -232,40 +175,6 @@ type Partition struct {
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
-}
-
-// MirrorSpec is a mirror as a user declares it: the body of POST
-// /v1/mirrors, and of PUT /v1/mirrors/{name}, where a field left out keeps
-// its value (name, when given, must match the path).
-type MirrorSpec struct {
-	Name   string   `json:"name"`
-	Source Source   `json:"source"`
-	Topics []string `json:"topics"`
-	// TopicConfigExclude is mirror.topic.properties.exclude; left out, the
-	// KIP's default list.
-	TopicConfigExclude []string `json:"topic_config_exclude,omitempty"`
-	// TopicRegex are regular expressions (Go RE2, matching whole topic
-	// names, like Kafka's mirror.topics.include): source topics that match,
-	// now or created later, are added to Topics at the next metadata
-	// refresh (internal topics, starting with "__", never).
-	TopicRegex []string `json:"topic_regex"`
-	// GroupsInclude is mirror.groups.include: regular expressions (whole
-	// group ids) of the consumer groups whose offsets are synced; left
-	// out (null), [".*"]; an empty list syncs none.
-	GroupsInclude []string `json:"groups_include"`
-	// GroupsExclude is mirror.groups.exclude: groups never synced, which
-	// wins over GroupsInclude.
-	GroupsExclude []string `json:"groups_exclude"`
-	// ACLInclude is mirror.acl.include: rules
-	// RESOURCE-TYPE;RESOURCE-NAME;OPERATION;PERMISSION;PRINCIPAL ("*"
-	// matches anything, RESOURCE-NAME is a regular expression, trailing
-	// fields may be left out); left out (null), ["*"]; an empty list
-	// syncs none.
-	ACLInclude []string `json:"acl_include"`
-	// MetadataRefreshIntervalMs is mirror.metadata.refresh.interval.ms:
-	// how often topic configs, partitions, group offsets and ACLs are
-	// synced; 0 means the agent's default (30000).
-	MetadataRefreshIntervalMs int64 `json:"metadata_refresh_interval_ms,omitempty"`
 }
 
 // AddTopicsRequest is the body of POST /v1/mirrors/{name}/topics.

@@ -25,6 +25,7 @@ import (
 	"github.com/kmirror/kmirror/agent/metrics"
 	"github.com/kmirror/kmirror/agent/secrets"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 func init() {
@@ -57,7 +58,7 @@ func runAgent(ctx context.Context, args []string) error {
 	}
 	if *dstBootstrap != "" {
 		if cfg.Destination == nil {
-			cfg.Destination = &config.Cluster{}
+			cfg.Destination = &mirrorspec.Source{}
 		}
 		// The config file's TLS and SASL settings stay.
 		cfg.Destination.BootstrapServers = strings.Split(*dstBootstrap, ",")
@@ -109,7 +110,7 @@ func runAgent(ctx context.Context, args []string) error {
 	}
 	// Secrets of the destination are resolved now: a reference that
 	// does not resolve stops start-up, naming the field.
-	dstOpts, err := kafkaconn.Options("destination", cfg.Destination.Conn(), nil)
+	dstOpts, err := kafkaconn.Options("destination", *cfg.Destination, nil)
 	if err != nil {
 		return fmt.Errorf("connecting to the destination: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kmirror/kmirror/agent/config"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
@@ -61,7 +62,7 @@ func TestReadTokens(t *testing.T) {
 // /readyz answers without a token once the state topic is loaded, the API
 // only with the token.
 func TestAgentTokenFile(t *testing.T) {
-	dst := devcluster.StartT(t, devcluster.Name("dst"))
+	dst := devclustertest.Start(t, devcluster.Name("dst"))
 	dir := t.TempDir()
 	tokFile := filepath.Join(dir, "tokens")
 	if err := os.WriteFile(tokFile, []byte("tok-1\n"), 0o600); err != nil {

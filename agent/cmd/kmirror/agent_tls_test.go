@@ -19,6 +19,7 @@ import (
 	"github.com/kmirror/kmirror/agent/api"
 	"github.com/kmirror/kmirror/internal/certs"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
@@ -68,9 +69,9 @@ func startTLSAgent(t *testing.T) *tlsAgent {
 	}
 	a.caFile = write("ca.pem", a.ca.CertPEM())
 	tokFile := write("tokens", []byte(tlsToken+"\n"))
-	a.src = devcluster.StartT(t, devcluster.Name("src"), devcluster.TLS(), devcluster.SASLUser("reader", a.srcPass),
+	a.src = devclustertest.Start(t, devcluster.Name("src"), devcluster.TLS(), devcluster.SASLUser("reader", a.srcPass),
 		devcluster.SASLUser("app", "app-pass"), devcluster.KfakeOptions(kfake.SeedTopics(2, "orders"), kfake.SeedTopics(1, "events")))
-	a.dst = devcluster.StartT(t, devcluster.Name("dst"), devcluster.TLS(), devcluster.SASLUser("agent", "agent-pass"))
+	a.dst = devclustertest.Start(t, devcluster.Name("dst"), devcluster.TLS(), devcluster.SASLUser("agent", "agent-pass"))
 	dstCA := write("dst-ca.pem", a.dst.CACertPEM())
 	cfg := write("agent.hcl", fmt.Appendf(nil, `
 destination {

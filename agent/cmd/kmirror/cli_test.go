@@ -20,7 +20,9 @@ import (
 	"github.com/kmirror/kmirror/agent/coordinator"
 	"github.com/kmirror/kmirror/agent/coordinator/coordinatortest"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/reason"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite the golden files of the CLI tests")
@@ -31,8 +33,8 @@ type fixtureBackend struct{ api.Backend }
 func (fixtureBackend) Running() bool { return true }
 
 func (fixtureBackend) Describe() []coordinator.MirrorStatus {
-	p := func(topic string, n int32, src, dst int64, st mirrorapi.State, reason string) mirrorapi.Partition {
-		return mirrorapi.Partition{Mirror: "dr", Topic: topic, Partition: n, State: st, Reason: reason,
+	p := func(topic string, n int32, src, dst int64, st mirrorapi.State, code mirrorapi.ReasonCode, why string) mirrorapi.Partition {
+		return mirrorapi.Partition{Mirror: "dr", Topic: topic, Partition: n, State: st, Reason: why, ReasonCode: code,
 			SourceOffset: src, SourceLastStable: src, DestinationOffset: dst, Lag: src - dst, LastMirrored: dst - 1,
 			LagMillis: 1500 * (src - dst), Bytes: 100 * dst, Records: dst}
 	}
@@ -46,19 +48,19 @@ func (fixtureBackend) Describe() []coordinator.MirrorStatus {
 			StateCounts: map[mirrorapi.State]int{mirrorapi.StateMirroring: 2, mirrorapi.StateFailed: 1},
 			Topics: []mirrorapi.Topic{
 				{Name: "foo", Partitions: []mirrorapi.Partition{
-					p("foo", 0, 189, 189, mirrorapi.StateMirroring, ""),
-					p("foo", 1, 94, 84, mirrorapi.StateMirroring, ""),
+					p("foo", 0, 189, 189, mirrorapi.StateMirroring, "", ""),
+					p("foo", 1, 94, 84, mirrorapi.StateMirroring, "", ""),
 				}},
 				{Name: "bar", Partitions: []mirrorapi.Partition{
-					p("bar", 0, 12, 7, mirrorapi.StateFailed, "destination topic \"bar\" was recreated"),
+					p("bar", 0, 12, 7, mirrorapi.StateFailed, reason.DestinationTopicRecreated, "destination topic \"bar\" was recreated"),
 				}},
-				{Name: "baz", Error: "source topic \"baz\" does not exist", Partitions: []mirrorapi.Partition{}},
+				{Name: "baz", Error: "source topic \"baz\" does not exist", ErrorCode: reason.SourceTopicMissing, Partitions: []mirrorapi.Partition{}},
 			},
 			Sync: mirrorapi.MetadataSync{
-				Configs:    mirrorapi.SyncStatus{LastSuccess: "2026-11-30T12:00:00Z", Items: 2, Drift: []string{`topic foo: retention.ms was "1000" on the destination, set back to "86400000"`}},
-				Partitions: mirrorapi.SyncStatus{LastSuccess: "2026-11-30T12:00:00Z", Items: 3, Errors: 1, LastError: `topic "baz": source topic "baz" does not exist`},
-				Groups:     mirrorapi.SyncStatus{LastSuccess: "2026-11-30T12:00:01Z", Items: 4},
-				ACLs:       mirrorapi.SyncStatus{Errors: 7, LastError: "the destination has no authorizer"},
+				mirrorapi.SyncConfigs:    {LastSuccess: "2026-11-30T12:00:00Z", Items: 2, Drift: []string{`topic foo: retention.ms was "1000" on the destination, set back to "86400000"`}},
+				mirrorapi.SyncPartitions: {LastSuccess: "2026-11-30T12:00:00Z", Items: 3, Errors: 1, LastError: `topic "baz": source topic "baz" does not exist`},
+				mirrorapi.SyncGroups:     {LastSuccess: "2026-11-30T12:00:01Z", Items: 4},
+				mirrorapi.SyncACLs:       {Errors: 7, LastError: "the destination has no authorizer"},
 			},
 			SourceClusterID: "src-cluster", TopicConfigExclude: []string{"follower.replication.throttled.replicas"},
 			GroupsInclude: []string{"app-.*"}, GroupsExclude: []string{"app-test"}, ACLInclude: []string{"TOPIC;foo.*"},
@@ -136,8 +138,8 @@ func TestGolden(t *testing.T) {
 // TestVerbs runs create, add, update, list, offsets and delete against a
 // real coordinator and two dev clusters, and the bad command lines.
 func TestVerbs(t *testing.T) {
-	src := devcluster.StartT(t, devcluster.Name("src"), devcluster.KfakeOptions(kfake.SeedTopics(1, "orders", "events")))
-	dst := devcluster.StartT(t, devcluster.Name("dst"))
+	src := devclustertest.Start(t, devcluster.Name("src"), devcluster.KfakeOptions(kfake.SeedTopics(1, "orders", "events")))
+	dst := devclustertest.Start(t, devcluster.Name("dst"))
 	co := coordinatortest.Start(t, coordinator.Config{Destination: []kgo.Opt{kgo.SeedBrokers(dst.Bootstrap()...)}, RefreshInterval: 200 * time.Millisecond}).Coordinator
 	srv := httptest.NewServer(api.Handler(co, api.Options{}))
 	defer srv.Close()

@@ -13,8 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/kmirror/kmirror/agent/kafkaconn"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 func init() {
@@ -162,12 +162,12 @@ func writeTable(w io.Writer, ms []mirrorapi.Mirror) error {
 		}
 		for _, t := range m.Topics {
 			if t.Error != "" {
-				notes = append(notes, fmt.Sprintf("mirror %s topic %s: %s", m.Name, t.Name, t.Error))
+				notes = append(notes, fmt.Sprintf("mirror %s topic %s: %s", m.Name, t.Name, withCode(t.ErrorCode, t.Error)))
 			}
 			for _, p := range t.Partitions {
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", m.Name, t.Name, p.Partition, p.SourceOffset, p.DestinationOffset, p.Lag, p.State)
 				if p.Reason != "" {
-					notes = append(notes, fmt.Sprintf("mirror %s %s/%d %s: %s", m.Name, t.Name, p.Partition, p.State, p.Reason))
+					notes = append(notes, fmt.Sprintf("mirror %s %s/%d %s: %s", m.Name, t.Name, p.Partition, p.State, withCode(p.ReasonCode, p.Reason)))
 				}
 			}
 		}
@@ -179,12 +179,9 @@ func writeTable(w io.Writer, ms []mirrorapi.Mirror) error {
 		fmt.Fprintln(w, n)
 	}
 	for _, m := range ms {
-		for _, k := range []struct {
-			name string
-			s    mirrorapi.SyncStatus
-		}{{"configs", m.Sync.Configs}, {"partitions", m.Sync.Partitions}, {"groups", m.Sync.Groups}, {"acls", m.Sync.ACLs}} {
-			if line := syncLine(k.s); line != "" {
-				fmt.Fprintf(w, "mirror %s sync %s: %s\n", m.Name, k.name, line)
+		for kind, s := range m.Sync.All() {
+			if line := syncLine(s); line != "" {
+				fmt.Fprintf(w, "mirror %s sync %s: %s\n", m.Name, kind, line)
 			}
 		}
 	}
@@ -196,6 +193,15 @@ func writeTable(w io.Writer, ms []mirrorapi.Mirror) error {
 	return nil
 }
 
+// withCode puts a reason's code, when it has one, in brackets before its
+// message: the troubleshooting guide has a section per code.
+func withCode(code mirrorapi.ReasonCode, msg string) string {
+	if code == "" {
+		return msg
+	}
+	return "[" + string(code) + "] " + msg
+}
+
 // sourceLine summarizes how the mirror reaches its source: the cluster id
 // it found there, the security protocol and the SASL mechanism and user.
 // Secrets are not in mirrorapi.Mirror's Source fields it reads.
@@ -204,7 +210,7 @@ func sourceLine(m mirrorapi.Mirror) string {
 	if id == "" {
 		id = "unknown (not connected yet)"
 	}
-	line := "cluster " + id + ", " + kafkaconn.Protocol(m.Source)
+	line := "cluster " + id + ", " + mirrorspec.Protocol(m.Source)
 	if s := m.Source.SASL; s != nil {
 		line += " " + s.Mechanism
 		if s.Username != "" {

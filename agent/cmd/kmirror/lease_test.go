@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
@@ -84,7 +85,7 @@ func (a *inProcessAgent) waitReady(t *testing.T, want int, substr string, timeou
 // retried by the client), and which takes over at once when the active one
 // stops cleanly and releases the lease.
 func TestAgentStandby(t *testing.T) {
-	dst := devcluster.StartT(t, devcluster.Name("dst"))
+	dst := devclustertest.Start(t, devcluster.Name("dst"))
 	const lease = 2 * time.Second
 	first := startInProcessAgent(t, "--destination-bootstrap", dst.BootstrapString(), "--agent-id", "first", "--lease-duration", lease.String())
 	first.waitReady(t, http.StatusOK, "ready", 20*time.Second)
@@ -142,7 +143,7 @@ func TestAgentStandby(t *testing.T) {
 // destination went away (the demo stops both at once) exits within a bounded
 // time, although it cannot release its lease.
 func TestAgentStopsWithoutDestination(t *testing.T) {
-	dst := devcluster.StartT(t, devcluster.Name("dst"))
+	dst := devclustertest.Start(t, devcluster.Name("dst"))
 	a := startInProcessAgent(t, "--destination-bootstrap", dst.BootstrapString(), "--agent-id", "only", "--lease-duration", "2s")
 	a.waitReady(t, http.StatusOK, "ready", 20*time.Second)
 	dst.Close()

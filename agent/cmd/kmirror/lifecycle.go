@@ -111,9 +111,9 @@ func waitTopics(ctx context.Context, cl *mirrorapi.Client, mirror string, topics
 				case p.State == want:
 					reached++
 				case p.State == mirrorapi.StateFailed:
-					failed = append(failed, fmt.Sprintf("%s/%d: %s", t.Name, p.Partition, p.Reason))
+					failed = append(failed, fmt.Sprintf("%s/%d: %s", t.Name, p.Partition, withCode(p.ReasonCode, p.Reason)))
 				case p.Reason != "":
-					waiting = append(waiting, fmt.Sprintf("%s/%d: %s", t.Name, p.Partition, p.Reason))
+					waiting = append(waiting, fmt.Sprintf("%s/%d: %s", t.Name, p.Partition, withCode(p.ReasonCode, p.Reason)))
 				}
 			}
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kmirror/kmirror/agent/config"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 )
 
 func freeAddr(t *testing.T) string {
@@ -33,7 +34,7 @@ func TestAgentMetrics(t *testing.T) {
 		t.Fatalf("metrics_listen in the config: %+v, %v", cfg, err)
 	}
 
-	dst := devcluster.StartT(t, devcluster.Name("dst"))
+	dst := devclustertest.Start(t, devcluster.Name("dst"))
 	tokFile := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(tokFile, []byte("tok-1\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 func init() {
@@ -49,7 +50,7 @@ func (l *regexFlag) Set(v string) error {
 }
 
 // configFlag is the repeatable --config KEY=VALUE flag: KIP-1279 mirror
-// config keys, translated by mirrorapi.ApplyConfig.
+// config keys, translated by mirrorspec.ApplyConfig.
 type configFlag map[string]string
 
 func (c configFlag) String() string {
@@ -64,14 +65,14 @@ func (c configFlag) String() string {
 func (c configFlag) Set(v string) error {
 	k, val, ok := strings.Cut(v, "=")
 	if !ok || strings.TrimSpace(k) == "" {
-		return fmt.Errorf("%q is not KEY=VALUE (known keys: %s)", v, strings.Join(mirrorapi.ConfigKeys(), ", "))
+		return fmt.Errorf("%q is not KEY=VALUE (known keys: %s)", v, strings.Join(mirrorspec.ConfigKeys(), ", "))
 	}
 	c[strings.TrimSpace(k)] = val
 	return nil
 }
 
 // configUsage documents --config.
-var configUsage = "a KIP-1279 mirror config KEY=VALUE (repeatable; lists comma-separated): " + strings.Join(mirrorapi.ConfigKeys(), ", ")
+var configUsage = "a KIP-1279 mirror config KEY=VALUE (repeatable; lists comma-separated): " + strings.Join(mirrorspec.ConfigKeys(), ", ")
 
 // splitList splits a comma-separated flag value, nil when it is empty.
 func splitList(v string) []string {
@@ -121,7 +122,7 @@ func runCreate(ctx context.Context, args []string) error {
 	if err := security.apply(&spec.Source); err != nil {
 		return err
 	}
-	if err := mirrorapi.ApplyConfig(&spec, configs); err != nil {
+	if err := mirrorspec.ApplyConfig(&spec, configs); err != nil {
 		return usageError("--config %v", err)
 	}
 	if _, err := newClient(*addr, *token).Create(ctx, spec); err != nil {
@@ -159,7 +160,7 @@ func runUpdate(ctx context.Context, args []string) error {
 	if err := security.apply(&spec.Source); err != nil {
 		return err
 	}
-	if err := mirrorapi.ApplyConfig(&spec, configs); err != nil {
+	if err := mirrorspec.ApplyConfig(&spec, configs); err != nil {
 		return usageError("--config %v", err)
 	}
 	if len(topics) > 0 {

@@ -14,6 +14,7 @@ import (
 	"github.com/kmirror/kmirror/agent/coordinator"
 	"github.com/kmirror/kmirror/agent/coordinator/coordinatortest"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
@@ -51,8 +52,8 @@ func TestParseRate(t *testing.T) {
 // real API and coordinator, and refuses bad command lines with exit status
 // 2 before calling the agent.
 func TestThrottleVerb(t *testing.T) {
-	src := devcluster.StartT(t, devcluster.Name("src"), devcluster.KfakeOptions(kfake.SeedTopics(2, "orders")))
-	dst := devcluster.StartT(t, devcluster.Name("dst"))
+	src := devclustertest.Start(t, devcluster.Name("src"), devcluster.KfakeOptions(kfake.SeedTopics(2, "orders")))
+	dst := devclustertest.Start(t, devcluster.Name("dst"))
 	co := coordinatortest.Start(t, coordinator.Config{Destination: []kgo.Opt{kgo.SeedBrokers(dst.Bootstrap()...)}, RefreshInterval: 200 * time.Millisecond}).Coordinator
 	srv := httptest.NewServer(api.Handler(co, api.Options{}))
 	defer srv.Close()

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 )
 
 // TestVerifySecured: verify reaches clusters that take only TLS and SASL,
@@ -26,7 +27,7 @@ func TestVerifySecured(t *testing.T) {
 	var clusters [2]*devcluster.Cluster
 	dir := t.TempDir()
 	for i, name := range []string{"src", "dst"} {
-		c := devcluster.StartT(t, devcluster.Name(name), devcluster.TLS(), devcluster.SASLUser(user, pass),
+		c := devclustertest.Start(t, devcluster.Name(name), devcluster.TLS(), devcluster.SASLUser(user, pass),
 			devcluster.KfakeOptions(kfake.SeedTopics(2, "secured")))
 		clusters[i] = c
 		if err := os.WriteFile(filepath.Join(dir, name+"-ca.pem"), c.CACertPEM(), 0o600); err != nil {

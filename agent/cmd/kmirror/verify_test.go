@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/kmirrorbin"
 )
 
@@ -32,8 +33,8 @@ var verifyTimestamp = time.UnixMilli(1700000000000)
 func newVerifyFixture(t *testing.T) verifyFixture {
 	t.Helper()
 	f := verifyFixture{
-		src: devcluster.StartT(t, devcluster.Name("verify-src")),
-		dst: devcluster.StartT(t, devcluster.Name("verify-dst")),
+		src: devclustertest.Start(t, devcluster.Name("verify-src")),
+		dst: devclustertest.Start(t, devcluster.Name("verify-dst")),
 	}
 	for _, c := range []*devcluster.Cluster{f.src, f.dst} {
 		if err := c.Kfake().CreateTopic("same", 2, nil); err != nil {

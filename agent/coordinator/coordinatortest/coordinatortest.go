@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kmirror/kmirror/agent/coordinator"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
 // Agent is a coordinator running in the test process.
@@ -22,7 +23,7 @@ type Agent struct {
 
 // Start creates a coordinator from cfg, applies specs, runs it until Stop or
 // the end of the test, and returns once it is running (its state loaded).
-func Start(tb testing.TB, cfg coordinator.Config, specs ...coordinator.MirrorSpec) *Agent {
+func Start(tb testing.TB, cfg coordinator.Config, specs ...mirrorspec.Spec) *Agent {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

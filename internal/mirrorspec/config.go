@@ -1,4 +1,4 @@
-package mirrorapi
+package mirrorspec
 
 import (
 	"fmt"
@@ -17,11 +17,6 @@ const (
 	ConfigACLInclude                = "mirror.acl.include"
 )
 
-// MinMetadataRefreshIntervalMs is the smallest
-// mirror.metadata.refresh.interval.ms the agent accepts, so that a typo cannot
-// make it hammer both clusters.
-const MinMetadataRefreshIntervalMs = 100
-
 // ConfigKeys returns, sorted, the KIP-1279 keys ApplyConfig understands.
 func ConfigKeys() []string {
 	return []string{ConfigACLInclude, ConfigGroupsExclude, ConfigGroupsInclude, ConfigMetadataRefreshIntervalMs, ConfigTopicPropertiesExclude}
@@ -35,7 +30,7 @@ func ConfigKeys() []string {
 // checked when the agent validates the spec; an unknown key or a refresh
 // interval that is not a positive number of milliseconds is an error naming
 // it.
-func ApplyConfig(spec *MirrorSpec, kv map[string]string) error {
+func ApplyConfig(spec *Spec, kv map[string]string) error {
 	for _, k := range slices.Sorted(maps.Keys(kv)) {
 		v := kv[k]
 		switch k {
