@@ -86,6 +86,14 @@ producers+=("${pids[-1]}")
 start customers-producer "$BIN" dev-load --bootstrap "$SRC" --topic customers --partitions 3 --rate 500 --compacted --keys 200
 producers+=("${pids[-1]}")
 sleep 2
+# A producer that stopped (a topic it could not create, a broker it could
+# not reach) would leave its topic empty and the demo quietly showing lag 0.
+for name in orders payments customers; do
+  pid=${producers[0]}; producers=("${producers[@]:1}" "$pid")
+  if ! kill -0 "$pid" 2>/dev/null; then
+    echo "the $name producer stopped; its log ends:" >&2; tail -20 "$WORK/$name-producer.log" >&2; exit 1
+  fi
+done
 
 step "starting the agent (API on 127.0.0.1:$API_PORT), writing to the destination"
 cat >"$WORK/agent.hcl" <<HCL
