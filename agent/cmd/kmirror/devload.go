@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -55,11 +56,23 @@ func runDevLoad(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("--bootstrap: %w", err)
 	}
-	resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(*partitions), -1, configs, *topic)
-	cl.Close()
-	if err == nil {
-		err = resp.Err
+	// A cluster that just started may not have every broker registered
+	// with its controller yet (INVALID_REPLICATION_FACTOR for the default
+	// replication factor) or answer NOT_CONTROLLER and the like: retried
+	// for a while, as a producer would.
+	var resp kadm.CreateTopicResponse
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		resp, err = kadm.NewClient(cl).CreateTopic(ctx, int32(*partitions), -1, configs, *topic)
+		if err == nil {
+			err = resp.Err
+		}
+		transient := kerr.IsRetriable(err) || errors.Is(err, kerr.InvalidReplicationFactor)
+		if !transient || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
+	cl.Close()
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		return fmt.Errorf("creating topic %q: %w", *topic, err)
 	}
