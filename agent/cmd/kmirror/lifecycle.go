@@ -7,12 +7,18 @@ package main
 // topics reaches the target state, printing progress.
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"os"
 	"sort"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
@@ -43,8 +49,10 @@ func lifecycleVerb(verb string) func(ctx context.Context, args []string) error {
 		var topics listFlag
 		fs.Var(&topics, "topic", "a mirror topic (repeatable, or comma-separated)")
 		var mode *string
+		var yes *bool
 		if verb == "stop" {
-			mode = fs.String("mode", mirrorapi.StopModeFailover, "failover (stop at once, the source reachable or not) or promote (wait until the destination has everything the source acknowledged)")
+			mode = fs.String("mode", "", "required: failover (stop at once, the source reachable or not) or promote (wait until the destination has everything the source acknowledged)")
+			yes = fs.Bool("yes", false, "do not ask for confirmation on a terminal (for scripts; without a terminal nothing is asked)")
 		}
 		var recreate *bool
 		if verb == "recover" {
@@ -68,8 +76,18 @@ func lifecycleVerb(verb string) func(ctx context.Context, args []string) error {
 		case "recover":
 			err = cl.RecoverTopicsWith(ctx, *mirror, mirrorapi.TopicsRequest{Topics: topics, Recreate: *recreate})
 		case "stop":
-			if *mode != mirrorapi.StopModeFailover && *mode != mirrorapi.StopModePromote {
+			switch *mode {
+			case mirrorapi.StopModeFailover, mirrorapi.StopModePromote:
+			case "":
+				return usageError("--mode is required: failover (stop at once, the source reachable or not; what was not mirrored stays behind) or promote (wait until the destination has everything the source acknowledged); a stop cannot be undone")
+			default:
 				return usageError("--mode %q: use failover or promote", *mode)
+			}
+			if !*yes && stdinIsTerminal() {
+				if err := confirm(fmt.Sprintf("Stop %d topic(s) of mirror %s by %s: [%s]? Mirroring them ends for good and they become writable on the destination. Type yes to go on: ",
+					len(topics), *mirror, *mode, strings.Join(topics, " "))); err != nil {
+					return err
+				}
 			}
 			err = cl.StopTopics(ctx, *mirror, topics, *mode)
 		}
@@ -82,6 +100,30 @@ func lifecycleVerb(verb string) func(ctx context.Context, args []string) error {
 		}
 		return waitTopics(ctx, cl, *mirror, topics, lifecycleTarget(verb), *timeout)
 	}
+}
+
+// stdin and stdinIsTerminal are what confirm reads (variables for the
+// tests).
+var (
+	stdin           io.Reader = os.Stdin
+	stdinIsTerminal           = func() bool {
+		// A terminal answers the terminal-settings ioctl; /dev/null,
+		// a pipe or a file (a CI job) does not.
+		_, err := unix.IoctlGetTermios(int(os.Stdin.Fd()), unix.TCGETS)
+		return err == nil
+	}
+)
+
+// confirm asks question on stderr and reads the answer: anything but yes
+// (or y) cancels.
+func confirm(question string) error {
+	fmt.Fprint(os.Stderr, question)
+	answer, _ := bufio.NewReader(stdin).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(answer)) {
+	case "yes", "y":
+		return nil
+	}
+	return &exitStatus{Code: 1, Err: errors.New("cancelled: nothing was stopped")}
 }
 
 // waitTopics polls describe until every partition of topics is in want,

@@ -100,3 +100,52 @@ func TestLifecycleVerbs(t *testing.T) {
 		t.Errorf("wait timeout: %v", err)
 	}
 }
+
+// TestStopNeedsModeAndConfirmation: a stop cannot be undone, so the CLI
+// requires --mode and, on a terminal, a typed yes (--yes for scripts); a
+// refusal or a "no" sends nothing to the agent.
+func TestStopNeedsModeAndConfirmation(t *testing.T) {
+	b := &lifecycleBackend{}
+	srv := httptest.NewServer(api.Handler(b, api.Options{}))
+	defer srv.Close()
+	t.Setenv("KMIRROR_ADDR", srv.URL)
+	oldIn, oldTerm := stdin, stdinIsTerminal
+	defer func() { stdin, stdinIsTerminal = oldIn, oldTerm }()
+	for _, tc := range []struct {
+		name     string
+		terminal bool
+		answer   string
+		args     []string
+		want     string // "" means the stop is sent
+		sent     bool
+	}{
+		{"no mode", false, "", nil, "--mode is required", false},
+		{"no mode on a terminal", true, "yes\n", nil, "--mode is required", false},
+		{"script", false, "", []string{"--mode", "failover"}, "", true},
+		{"terminal, yes", true, "yes\n", []string{"--mode", "failover"}, "", true},
+		{"terminal, y", true, "Y\n", []string{"--mode", "promote"}, "", true},
+		{"terminal, no", true, "no\n", []string{"--mode", "failover"}, "cancelled: nothing was stopped", false},
+		{"terminal, nothing typed", true, "", []string{"--mode", "failover"}, "cancelled", false},
+		{"terminal, --yes", true, "", []string{"--mode", "failover", "--yes"}, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b.mu.Lock()
+			b.calls = nil
+			b.mu.Unlock()
+			stdin, stdinIsTerminal = strings.NewReader(tc.answer), func() bool { return tc.terminal }
+			_, err := capture(t, lifecycleVerb("stop"), append([]string{"--mirror", "dr", "--topic", "orders"}, tc.args...)...)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("stop: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("stop: %v, want an error containing %q", err, tc.want)
+			}
+			b.mu.Lock()
+			sent := len(b.calls) > 0
+			b.mu.Unlock()
+			if sent != tc.sent {
+				t.Errorf("stop sent to the agent: %v, want %v (calls %q)", sent, tc.sent, b.calls)
+			}
+		})
+	}
+}
