@@ -21,14 +21,9 @@ func (m *Mirror) align(ctx context.Context, target int64) error {
 		m.log.Warn("source retention removed records before they were mirrored", "from", m.next, "to", target, "lost", lost)
 	}
 	m.setState(Preparing, reason.New(reason.Aligning, "aligning the destination log start to the source's (%d)", target))
-	// Padding batches differ only in their sequence, which writePlain
-	// rewrites in place (with the CRC): one batch is built and sent again
-	// while its size fits, renewed every minute so that its timestamps stay
-	// recent. Building one for every 20000 offsets took 70% of the agent's
-	// CPU while padding and capped it near 20M offsets/s (make bench), and
-	// compressing costs more than building.
 	// The checkpoint is saved before the padding, with the sequence the
-	// writer will have after it: a kill after the last padding batch
+	// writer will have after it (sequences wrap at 2^31, so the padding's
+	// length counts modulo 2^31): a kill after the last padding batch
 	// landed, before DeleteRecords, leaves a destination end equal to
 	// target, which resync recognises by the checkpoint and cuts. A
 	// retry of this same alignment keeps the loss counted the first time.
@@ -38,9 +33,15 @@ func (m *Mirror) align(ctx context.Context, target int64) error {
 	} else if ok {
 		total += prev.Lost
 	}
-	if err := m.cfg.Checkpoints.SaveAlignment(ctx, tp, Alignment{Offset: target, NextSeq: seqAfter(m.seq, target-m.next), Lost: total}); err != nil {
+	if err := m.cfg.Checkpoints.SaveAlignment(ctx, tp, Alignment{Offset: target, NextSeq: addSeq(m.seq, int32((target-m.next)%(1<<31))), Lost: total}); err != nil {
 		return err
 	}
+	// Padding batches differ only in their sequence, which writePlain
+	// rewrites in place (with the CRC): one batch is built and sent again
+	// while its size fits, renewed every minute so that its timestamps stay
+	// recent. Building one for every 20000 offsets took 70% of the agent's
+	// CPU while padding and capped it near 20M offsets/s (make bench), and
+	// compressing costs more than building.
 	var (
 		pad   []byte
 		padN  int32
@@ -74,12 +75,6 @@ func (m *Mirror) align(ctx context.Context, target int64) error {
 		m.setState(Preparing, reason.New(reason.RetentionLoss, "source retention removed offsets %d to %d before they were mirrored", target-lost, target-1))
 	}
 	return nil
-}
-
-// seqAfter is the sequence after n more records from seq: Kafka's
-// sequences wrap at 2^31 (addSeq), and n may be larger than an int32.
-func seqAfter(seq int32, n int64) int32 {
-	return int32((int64(seq) + n) % (1 << 31))
 }
 
 // padCodec compresses padding batches. Their records differ only in the
