@@ -85,15 +85,22 @@ start payments-producer "$BIN" dev-load --bootstrap "$SRC" --topic payments --pa
 producers+=("${pids[-1]}")
 start customers-producer "$BIN" dev-load --bootstrap "$SRC" --topic customers --partitions 3 --rate 500 --compacted --keys 200
 producers+=("${pids[-1]}")
-sleep 2
-# A producer that stopped (a topic it could not create, a broker it could
-# not reach) would leave its topic empty and the demo quietly showing lag 0.
+# A producer that stopped or stalled (a topic it could not create, a broker it
+# could not reach, no producer id) would leave its topic empty and the demo
+# quietly showing lag 0: each must have its first records acknowledged.
+check_producers() { # check_producers WHEN: fail when a producer is gone
+  local i=0
+  for name in orders payments customers; do
+    if ! kill -0 "${producers[$i]}" 2>/dev/null; then
+      echo "the $name producer stopped $1; its log ends:" >&2; tail -20 "$WORK/$name-producer.log" >&2; exit 1
+    fi
+    i=$((i + 1))
+  done
+}
 for name in orders payments customers; do
-  pid=${producers[0]}; producers=("${producers[@]:1}" "$pid")
-  if ! kill -0 "$pid" 2>/dev/null; then
-    echo "the $name producer stopped; its log ends:" >&2; tail -20 "$WORK/$name-producer.log" >&2; exit 1
-  fi
+  wait_for "$WORK/$name-producer.log" '^first records acknowledged' $ready
 done
+check_producers "after its first records"
 
 step "starting the agent (API on 127.0.0.1:$API_PORT), writing to the destination"
 cat >"$WORK/agent.hcl" <<HCL
@@ -141,6 +148,7 @@ step "live lag for ${SECONDS_TO_WATCH}s (kmirror describe --watch 5s)"
 "$BIN" describe --watch 5s --count $(( (SECONDS_TO_WATCH + 4) / 5 ))
 
 step "stopping the producers and waiting for lag 0"
+check_producers "while the demo watched"
 kill "${producers[@]}" 2>/dev/null || true
 wait "${producers[@]}" 2>/dev/null || true
 # Lag 0 counts only once every partition is MIRRORING: a partition still

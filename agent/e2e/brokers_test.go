@@ -467,7 +467,7 @@ func testBrokerFault(t *testing.T, eng engine, inject func(brokerEnv)) {
 	const partitions = 3
 	p := newPairOn(t, eng, pairOpts{srcBrokers: 3, dstBrokers: 3, topic: "brokers", partitions: partitions})
 	plain, txnTopic := p.topic, p.name("brokers-txn")
-	p.createTopic(t, p.srcAdm, txnTopic, partitions, nil)
+	createTopic(t, p.srcCl, txnTopic, partitions, nil)
 	plainProd := workload.NewProducer(p.srcOpts(), workload.Spec{
 		Topic: plain, Partitions: partitions, Seed: 3, Codecs: workload.AllCodecs,
 		NullKeyEvery: 7, NullValueEvery: 13, Headers: true, ExplicitTimestamps: true,

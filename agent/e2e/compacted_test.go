@@ -86,7 +86,7 @@ func TestCompacted(t *testing.T) {
 func testCompacted(t *testing.T, e engine, method partition.FillerMethod) {
 	p := newPairOn(t, e, pairOpts{srcConfigs: tunedSourceConfigs, dstConfigs: cleanerDestinationConfigs})
 	topic := p.name("profiles")
-	p.createTopic(t, p.srcAdm, topic, 2, compactedConfigs(e))
+	createTopic(t, p.srcCl, topic, 2, compactedConfigs(e))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	// Few keys and small chunks: the cleaner keeps about one record in
@@ -161,7 +161,7 @@ func TestCompactedDestinationCleaner(t *testing.T) {
 func testCompactedDestinationCleaner(t *testing.T, e engine) {
 	p := newPairOn(t, e, pairOpts{srcConfigs: tunedSourceConfigs, dstConfigs: cleanerDestinationConfigs})
 	topic := p.name("accounts")
-	p.createTopic(t, p.srcAdm, topic, 1, compactedConfigs(e))
+	createTopic(t, p.srcCl, topic, 1, compactedConfigs(e))
 	src := failClient(t, append(p.srcOpts(), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(50*time.Millisecond))...)
 	const keys = 20
 	key := func(i int) string { return fmt.Sprintf("k%02d", i%keys) }

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/workload"
 )
 
 // The engines the end-to-end tests run on. Real Apache Kafka brokers are
@@ -231,7 +232,7 @@ func newPairOn(t *testing.T, e engine, o pairOpts) *pair {
 	p.connect(t, auth...)
 	if o.topic != "" {
 		p.topic = p.name(o.topic)
-		p.createTopic(t, p.srcAdm, p.topic, o.partitions, nil)
+		createTopic(t, p.srcCl, p.topic, o.partitions, nil)
 	}
 	return p
 }
@@ -257,29 +258,19 @@ func (p *pair) name(base string) string {
 
 // createTopic creates topic with partitions partitions (and configs) through
 // adm, waiting until its metadata reaches every broker.
-func (p *pair) createTopic(t *testing.T, adm *kadm.Client, topic string, partitions int32, configs map[string]*string) {
+// createTopic creates topic and waits until every broker knows it with a
+// leader for each partition (workload.CreateTopic): a producer asking a
+// broker that has not caught up would fail its records.
+func createTopic(t *testing.T, cl *kgo.Client, topic string, partitions int32, configs map[string]*string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	resp, err := adm.CreateTopic(ctx, partitions, -1, configs, topic)
-	if err == nil {
-		err = resp.Err
-	}
+	got, err := workload.CreateTopic(ctx, cl, topic, partitions, configs)
 	if err != nil {
-		t.Fatalf("creating topic %s: %v", topic, err)
+		t.Fatal(err)
 	}
-	for {
-		md, err := adm.Metadata(ctx, topic)
-		if err == nil {
-			if d, ok := md.Topics[topic]; ok && d.Err == nil && len(d.Partitions) == int(partitions) && allLeaders(d) {
-				return
-			}
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("topic %s has no leader for every partition yet: %v", topic, err)
-		case <-time.After(pollEvery):
-		}
+	if got != partitions {
+		t.Fatalf("topic %s: %d partitions, want %d (a leftover of an earlier test?)", topic, got, partitions)
 	}
 }
 

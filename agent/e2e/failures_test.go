@@ -175,7 +175,7 @@ func absorbDuplicateMarker(t *testing.T) {
 	const topic = "dupok"
 	p := newPair(t, pairOpts{})
 	ctx := testCtx(t)
-	createTopic(t, p.srcAdm, topic, 2, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")})
+	createTopic(t, p.srcCl, topic, 2, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")})
 	src := p.producer(t)
 	// One batch per record: a@0 b@1 b@2 b@3 c@4. The cleaner drops b@1 and
 	// b@2, leaving the hole [1, 3).
@@ -287,7 +287,7 @@ func failTimeoutAbort(t *testing.T) {
 func failDestinationTruncated(t *testing.T, e engine) {
 	p := newPairOn(t, e, pairOpts{topic: "trunc", partitions: 1})
 	topic, other := p.topic, p.name("kept")
-	p.createTopic(t, p.srcAdm, other, 2, nil)
+	createTopic(t, p.srcCl, other, 2, nil)
 	src := p.producer(t)
 	produceN(t, src, topic, 0, 20, "before", true)
 	produceN(t, src, other, 0, 10, "before", true)
@@ -301,7 +301,7 @@ func failDestinationTruncated(t *testing.T, e engine) {
 	// from a resync, which fails too until the topic is back.
 	produceN(t, src, topic, 0, 5, "after", true)
 	waitStatus(t, a, topic, 0, "a retry after the deletion", func(s partition.Status) bool { return s.Retries > retries })
-	p.createTopic(t, p.dstAdm, topic, 1, nil)
+	createTopic(t, p.dstCl, topic, 1, nil)
 
 	st := waitFailed(t, a, topic, 0, `^the destination log end went back from 20 to 0: records were lost on the destination`)
 	t.Logf("p0 FAILED: %s", st.Reason)
@@ -321,7 +321,7 @@ func failDestinationTruncated(t *testing.T, e engine) {
 func failDestinationRecreated(t *testing.T, e engine) {
 	p := newPairOn(t, e, pairOpts{topic: "recreated", partitions: 2})
 	topic, other := p.topic, p.name("kept")
-	p.createTopic(t, p.srcAdm, other, 1, nil)
+	createTopic(t, p.srcCl, other, 1, nil)
 	src := p.producer(t)
 	produceN(t, src, topic, 0, 10, "before", true)
 	produceN(t, src, other, 0, 10, "before", true)
@@ -348,7 +348,7 @@ func mirrorTwoTopics(t *testing.T, e engine, topic, other string) (p *pair, src 
 	t.Helper()
 	p = newPairOn(t, e, pairOpts{topic: topic, partitions: 2})
 	topic, other = p.topic, p.name(other)
-	p.createTopic(t, p.srcAdm, other, 1, nil)
+	createTopic(t, p.srcCl, other, 1, nil)
 	src = p.producer(t)
 	for part := range int32(2) {
 		produceN(t, src, topic, part, 10, "before", true)
@@ -481,7 +481,7 @@ func failKeyless(t *testing.T, e engine) {
 	p := newPairOn(t, e, pairOpts{})
 	topic := p.name("keyless")
 	ctx := testCtx(t)
-	p.createTopic(t, p.srcAdm, topic, 2, map[string]*string{"cleanup.policy": kadm.StringPtr("delete")})
+	createTopic(t, p.srcCl, topic, 2, map[string]*string{"cleanup.policy": kadm.StringPtr("delete")})
 	src := p.producer(t)
 	produceN(t, src, topic, 0, 5, "keyed", true)    // 0-4
 	produceN(t, src, topic, 0, 3, "keyless", false) // 5-7
@@ -615,19 +615,6 @@ func endTxn(t *testing.T, ctx context.Context, cl *kgo.Client, commit bool) {
 	t.Helper()
 	if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func createTopic(t *testing.T, adm *kadm.Client, topic string, partitions int32, configs map[string]*string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), failWait)
-	defer cancel()
-	resp, err := adm.CreateTopic(ctx, partitions, -1, configs, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		t.Fatalf("creating %s: %v", topic, err)
 	}
 }
 

@@ -574,7 +574,7 @@ func testKillRestartKafka(t *testing.T, e engine) {
 	p := newPairOn(t, e, pairOpts{srcBrokers: 3, topic: "payments", partitions: partitions})
 	java := txnClients(e)[0]
 	javaTopic := p.name("payments-" + java.name)
-	p.createTopic(t, p.srcAdm, javaTopic, partitions, nil)
+	createTopic(t, p.srcCl, javaTopic, partitions, nil)
 	topics := []string{p.topic, javaTopic}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

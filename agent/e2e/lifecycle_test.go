@@ -301,7 +301,7 @@ func newPairWithSource(t *testing.T, e engine, src *devcluster.Cluster, o pairOp
 	p.connect(t, auth...)
 	if o.topic != "" {
 		p.topic = p.name(o.topic)
-		p.createTopic(t, p.srcAdm, p.topic, o.partitions, nil)
+		createTopic(t, p.srcCl, p.topic, o.partitions, nil)
 	}
 	return p
 }
@@ -465,7 +465,7 @@ func TestRecover(t *testing.T) {
 func testRecover(t *testing.T, e engine) {
 	p := newPairOn(t, e, pairOpts{topic: "dstgone", partitions: 1})
 	dstGone, srcGone := p.topic, p.name("srcgone")
-	p.createTopic(t, p.srcAdm, srcGone, 1, nil)
+	createTopic(t, p.srcCl, srcGone, 1, nil)
 	src := p.producer(t)
 	produceN(t, src, dstGone, 0, 10, "before", true)
 	produceN(t, src, srcGone, 0, 10, "before", true)

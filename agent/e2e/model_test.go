@@ -35,7 +35,7 @@ func testModel(t *testing.T, e engine, seed uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	for _, topic := range topics {
-		p.createTopic(t, p.srcAdm, topic, 3, nil)
+		createTopic(t, p.srcCl, topic, 3, nil)
 	}
 	spec := p.spec(topics...)
 	a := p.startAgent(t, agentOpts{apply: &spec})

@@ -102,7 +102,7 @@ func authPairOn(t *testing.T, e engine, topic string, partitions int32, sides au
 	p.srcAdm, p.dstAdm = kadm.NewClient(p.srcCl), kadm.NewClient(p.dstCl)
 	if e.kind != devcluster.Embedded {
 		p.topic = p.name(topic)
-		p.createTopic(t, p.srcAdm, p.topic, partitions, nil)
+		createTopic(t, p.srcCl, p.topic, partitions, nil)
 	}
 	name := p.topic
 	if sides.src {
@@ -722,7 +722,7 @@ func testReadOnlyEnforceApplied(t *testing.T, e engine) {
 	const rounds = 40
 	p := authPairOn(t, e, "applied", 1, authSides{src: false, dst: true})
 	topic := p.topic // on the destination too: app writes it there
-	p.createTopic(t, p.dstAdm, topic, 1, nil)
+	createTopic(t, p.dstCl, topic, 1, nil)
 	allowApp(t, p.dstAdm, topic)
 	app := appClient(t, p.dst)
 	if _, err := appWrite(t, app, topic, 0, "before"); err != nil {

@@ -26,7 +26,7 @@ func TestRecoverRecreate(t *testing.T) {
 func testRecoverRecreate(t *testing.T, e engine) {
 	p := newPairOn(t, e, pairOpts{topic: "srcgone", partitions: 2})
 	topic, other := p.topic, p.name("kept")
-	p.createTopic(t, p.srcAdm, other, 1, nil)
+	createTopic(t, p.srcCl, other, 1, nil)
 	src := p.producer(t)
 	for part := range int32(2) {
 		produceN(t, src, topic, part, 10, "before", true)

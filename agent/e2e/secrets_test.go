@@ -297,7 +297,7 @@ func testSecretsNeverLeakSASL(t *testing.T, e engine) {
 	for user, pw := range map[string]string{"lit": sec["literal password"], "env": sec["env password"], "file": sec["file password"], "fix": sec["corrected password"]} {
 		name := p.name("leak-" + user)
 		topics[user] = p.name("leak-" + user + "-topic")
-		p.createTopic(t, p.srcAdm, topics[user], 1, nil)
+		createTopic(t, p.srcCl, topics[user], 1, nil)
 		for _, m := range []kadm.ScramMechanism{kadm.ScramSha256, kadm.ScramSha512} {
 			upserts = append(upserts, kadm.UpsertSCRAM{User: name, Mechanism: m, Iterations: 4096, Password: pw})
 			deletes = append(deletes, kadm.DeleteSCRAM{User: name, Mechanism: m})

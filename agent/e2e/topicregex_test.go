@@ -36,7 +36,7 @@ func testTopicRegex(t *testing.T, e engine) {
 	// created after them, is discovered, a refresh has listed them all.
 	unmatched := []string{p.name("xorders.us"), p.name("orders-us"), p.name("__orders.audit")}
 	for _, topic := range append(slices.Clone(unmatched), us) {
-		p.createTopic(t, p.srcAdm, topic, 3, nil)
+		createTopic(t, p.srcCl, topic, 3, nil)
 		produceN(t, src, topic, 1, 5, "early", false)
 	}
 	txn := p.txnProducer(t, p.name("regex-txn"))

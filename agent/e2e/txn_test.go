@@ -257,7 +257,7 @@ func testClientTransactions(t *testing.T, e engine) {
 		topic := p.topic
 		if i > 0 {
 			topic = p.name(c.name + "-txn")
-			p.createTopic(t, p.srcAdm, topic, partitions, nil)
+			createTopic(t, p.srcCl, topic, partitions, nil)
 		}
 		topics = append(topics, topic)
 		txns[c.name] = &clientTxns{op: clientop.ProduceTxn{

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/internal/workload"
@@ -32,6 +32,8 @@ func runDevLoad(ctx context.Context, args []string) error {
 	compacted := fs.Bool("compacted", false, "create the topic with cleanup.policy=compact (records keyed from --keys distinct keys)")
 	txnID := fs.String("transactional-id", "", "produce in transactions of the producer ID-CODEC, one per chunk of records")
 	abortEvery := fs.Int("abort-every", 0, "with --transactional-id, abort every Nth transaction (0 = commit all)")
+	clientLog := fs.String("client-log-level", "warn", "the Kafka client's log level on stderr: none, error, warn, info or debug")
+	progress := fs.Duration("progress", 10*time.Second, "print the records acknowledged so far at this interval (0 = only at the end)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -44,6 +46,11 @@ func runDevLoad(ctx context.Context, args []string) error {
 	if *abortEvery < 0 || (*abortEvery > 0 && *txnID == "") {
 		return fmt.Errorf("--abort-every %d: give a positive number together with --transactional-id", *abortEvery)
 	}
+	logLevel, ok := map[string]kgo.LogLevel{"none": kgo.LogLevelNone, "error": kgo.LogLevelError,
+		"warn": kgo.LogLevelWarn, "info": kgo.LogLevelInfo, "debug": kgo.LogLevelDebug}[*clientLog]
+	if !ok {
+		return fmt.Errorf("--client-log-level %q: use none, error, warn, info or debug", *clientLog)
+	}
 	var configs map[string]*string
 	if *compacted {
 		configs = map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}
@@ -51,37 +58,70 @@ func runDevLoad(ctx context.Context, args []string) error {
 			*keys = 100
 		}
 	}
-	opts := []kgo.Opt{kgo.SeedBrokers(strings.Split(*bootstrap, ",")...)}
+	// The client's warnings go to stderr: a producer that cannot make
+	// progress (no producer id, no leader) says why instead of going quiet.
+	opts := []kgo.Opt{kgo.SeedBrokers(strings.Split(*bootstrap, ",")...),
+		kgo.WithLogger(kgo.BasicLogger(os.Stderr, logLevel, nil))}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("--bootstrap: %w", err)
 	}
-	// A cluster that just started may not have every broker registered
-	// with its controller yet (INVALID_REPLICATION_FACTOR for the default
-	// replication factor) or answer NOT_CONTROLLER and the like: retried
-	// for a while, as a producer would.
-	var resp kadm.CreateTopicResponse
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		resp, err = kadm.NewClient(cl).CreateTopic(ctx, int32(*partitions), -1, configs, *topic)
-		if err == nil {
-			err = resp.Err
-		}
-		transient := kerr.IsRetriable(err) || errors.Is(err, kerr.InvalidReplicationFactor)
-		if !transient || time.Now().After(deadline) || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	// A cluster that has just started may need a while before every
+	// broker knows the new topic: bounded, so that an unreachable cluster
+	// fails instead of waiting forever.
+	createCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	parts, err := workload.CreateTopic(createCtx, cl, *topic, int32(*partitions), configs)
+	cancel()
 	cl.Close()
-	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		return fmt.Errorf("creating topic %q: %w", *topic, err)
+	if err != nil {
+		return err
+	}
+	if parts < int32(*partitions) {
+		fmt.Fprintf(os.Stderr, "topic %s exists with %d partitions: producing to those (--partitions %d)\n", *topic, parts, *partitions)
+		*partitions = int(parts)
 	}
 	spec := workload.Spec{Topic: *topic, Partitions: int32(*partitions), Records: *records, ValueSize: *valueSize,
 		Keys: *keys, Codecs: strings.Split(*codecs, ","), Headers: true, TransactionalID: *txnID, AbortEvery: *abortEvery}
-	st, err := workload.NewProducer(opts, spec, *rate).Run(ctx)
+	p := workload.NewProducer(opts, spec, *rate)
+	done := make(chan struct{})
+	defer func() { <-done }()
+	reportCtx, stopReport := context.WithCancel(ctx)
+	defer stopReport()
+	go func() {
+		defer close(done)
+		reportProgress(reportCtx, p, *topic, *progress)
+	}()
+	st, err := p.Run(ctx)
+	stopReport()
 	if err != nil {
 		return err
 	}
 	fmt.Printf("produced %d records to %s\n", st.Records, *topic)
 	return nil
+}
+
+// reportProgress prints "first records acknowledged" once the first chunk
+// lands (the demo waits for it), then the running total at every interval.
+func reportProgress(ctx context.Context, p *workload.Producer, topic string, every time.Duration) {
+	if err := p.WaitAcked(ctx, 1); err != nil {
+		return
+	}
+	fmt.Printf("first records acknowledged on %s\n", topic)
+	if every <= 0 {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			var total int64
+			for _, n := range p.Acked() {
+				total += n
+			}
+			fmt.Printf("%d records acknowledged on %s\n", total, topic)
+		}
+	}
 }
