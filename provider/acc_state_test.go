@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
@@ -282,6 +283,61 @@ resource "terraform_data" "ends" {
 							return fmt.Errorf("destination payments holds %d records after destroy, want 1", total)
 						}
 						return nil
+					},
+				),
+			},
+		},
+	})
+}
+
+// TestAccMirrorTopic_promoteRetry: a promote that the mirror's throttle
+// holds back past the update timeout fails saying what holds it, and goes
+// on in the agent; the next apply, with the throttle removed, waits for
+// that same promote (it was refused before: "a stop is already in
+// progress") and ends with lag 0.
+func TestAccMirrorTopic_promoteRetry(t *testing.T) {
+	e := newAccEnv(t)
+	const topic = "kafka_mirror_topic.orders"
+	throttle := `
+resource "kafka_mirror_throttle" "dr" {
+  mirror                = kafka_cluster_mirror.dr.name
+  rate_bytes_per_second = 1024
+}
+`
+	shortWait := func(cfg string) string {
+		return strings.Replace(cfg, `topic  = "orders"`, "topic  = \"orders\"\n  timeouts {\n    update = \"3s\"\n  }", 1)
+	}
+	const batches, perBatch = 300, 10
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: accFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: e.stateConfig("", throttle),
+				Check:  e.partitionsAre("orders", mirrorapi.StateMirroring, ""),
+			},
+			{
+				// About 50 KB in 300 batches behind a 1 KiB/s throttle:
+				// the promote cannot finish in 3 s.
+				PreConfig: func() {
+					for range batches {
+						e.produce(t, "orders", 0, perBatch)
+					}
+				},
+				Config:      shortWait(e.stateConfig("promoted", throttle)),
+				ExpectError: regexp.MustCompile(`(?s)to be promoted: timed out.*throttle \(1024 bytes/s\) holds this partition's fetches back`),
+			},
+			{
+				// The throttle goes, and the apply waits for the promote
+				// under way.
+				Config: e.stateConfig("promoted", ""),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(topic, tfjsonpath.New("state"), knownvalue.StringExact("promoted")),
+					statecheck.ExpectKnownValue(topic, tfjsonpath.New("max_lag"), knownvalue.Int64Exact(0)),
+				},
+				Check: resource.ComposeAggregateTestCheckFunc(
+					e.partitionsAre("orders", mirrorapi.StateStopped, mirrorapi.StopModePromote),
+					func(*terraform.State) error {
+						return e.destinationEnds("orders", map[int32]int64{0: batches * perBatch, 1: 0})
 					},
 				),
 			},

@@ -169,6 +169,12 @@ func (c *Coordinator) lifecycle(ctx context.Context, name string, topics []strin
 		}
 		for _, tp := range tps {
 			from := m.stateOf(tp)
+			if op == partition.OpStopPromote && from == partition.Stopping && m.stopModeOf(tp) == StopPromote {
+				// Asked again (a terraform apply after its wait timed
+				// out): the promote under way goes on.
+				targets = append(targets, target{tp: tp, from: from, to: from})
+				continue
+			}
 			to, err := partition.Transition(from, op)
 			if err != nil {
 				var te *partition.TransitionError
@@ -371,6 +377,22 @@ func (m *mirror) persistedPartitions(topic string) map[int32]partitionRecord {
 }
 
 // stateOf is tp's state: its partition mirror's, else its persisted one.
+// stopModeOf is how tp is stopping: the mode of a stop under way, or of the
+// persisted record when tp does not run.
+func (m *mirror) stopModeOf(tp fetcher.TP) StopMode {
+	m.mu.Lock()
+	mode, ok := m.stopModes[tp]
+	m.mu.Unlock()
+	if ok {
+		return mode
+	}
+	var pr partitionRecord
+	if m.c.getJSON(partitionKey(m.rec.Spec.Name, tp), &pr) && pr.State == partition.Stopping {
+		return pr.StopMode
+	}
+	return ""
+}
+
 func (m *mirror) stateOf(tp fetcher.TP) partition.State {
 	m.mu.Lock()
 	rp := m.parts[tp]
@@ -635,7 +657,7 @@ func (m *mirror) promote(tp fetcher.TP, pm *partition.Mirror, deadline time.Time
 			m.mu.Unlock()
 			return
 		}
-		waitFor := m.promoteWaitsFor(pm, st)
+		waitFor := m.promoteWaitsFor(tp, pm, st)
 		if waitFor == "" {
 			m.promoteStop(tp, rp)
 			return
@@ -663,7 +685,7 @@ func (m *mirror) promote(tp fetcher.TP, pm *partition.Mirror, deadline time.Time
 
 // promoteWaitsFor says what a promote of pm still waits for, "" for
 // nothing.
-func (m *mirror) promoteWaitsFor(pm *partition.Mirror, st partition.Status) string {
+func (m *mirror) promoteWaitsFor(tp fetcher.TP, pm *partition.Mirror, st partition.Status) string {
 	ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
 	defer cancel()
 	src, err := pm.SourceBounds(ctx)
@@ -673,9 +695,20 @@ func (m *mirror) promoteWaitsFor(pm *partition.Mirror, st partition.Status) stri
 	case src.LastStable < src.HighWatermark:
 		return fmt.Sprintf("the source's open transactions to be decided (last stable offset %d, high watermark %d)", src.LastStable, src.HighWatermark)
 	case st.DestinationOffset < src.HighWatermark:
-		return fmt.Sprintf("the destination end %d to reach the source high watermark %d (lag %d)", st.DestinationOffset, src.HighWatermark, src.HighWatermark-st.DestinationOffset)
+		return fmt.Sprintf("the destination end %d to reach the source high watermark %d (lag %d)%s", st.DestinationOffset, src.HighWatermark, src.HighWatermark-st.DestinationOffset, m.throttleNote(tp))
 	}
 	return ""
+}
+
+// throttleNote says, for a promote waiting on lag, that the mirror's
+// throttle holds tp back: a throttle set low can keep a promote from ever
+// finishing, and the wait must say so rather than look stuck.
+func (m *mirror) throttleNote(tp fetcher.TP) string {
+	if !m.throttle.Applies(tp) {
+		return ""
+	}
+	return fmt.Sprintf("; the mirror's throttle (%d bytes/s) holds this partition's fetches back: raise or remove it "+
+		"(kafka_mirror_throttle, kmirror throttle) for the promote to finish sooner", m.throttle.Rate())
 }
 
 // promoteStop halts a caught-up partition and stops it when nothing
