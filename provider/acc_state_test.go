@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
@@ -340,6 +341,72 @@ resource "kafka_mirror_throttle" "dr" {
 						return e.destinationEnds("orders", map[int32]int64{0: batches * perBatch, 1: 0})
 					},
 				),
+			},
+		},
+	})
+}
+
+// TestAccMirrorTopic_stoppedOutOfBand: a failover stop made outside
+// Terraform (kmirror stop) is drift: the plan shows a change and no error
+// (plan -detailed-exitcode exits 2), applying it fails saying what to do,
+// accepting it (state = "stopped") is a no-op, and destroy works with the
+// drifted configuration too.
+func TestAccMirrorTopic_stoppedOutOfBand(t *testing.T) {
+	e := newAccEnv(t)
+	ctx := context.Background()
+	const topic = "kafka_mirror_topic.orders"
+	stopOutside := func() {
+		if err := e.cl.StopTopics(ctx, "dr", []string{"orders"}, mirrorapi.StopModeFailover); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			err := e.partitionsAre("orders", mirrorapi.StateStopped, mirrorapi.StopModeFailover)(nil)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal(err)
+			}
+		}
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: accFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: e.stateConfig("", ""),
+				PostApplyFunc: func() {
+					e.produce(t, "orders", 0, 3)
+					e.waitMirrored(t, "dr", "orders", map[int32]int64{0: 3, 1: 0})
+				},
+			},
+			{
+				PreConfig:          stopOutside,
+				Config:             e.stateConfig("", ""),
+				PlanOnly:           true,
+				ExpectNonEmptyPlan: true,
+				ConfigPlanChecks: resource.ConfigPlanChecks{PostApplyPostRefresh: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(topic, plancheck.ResourceActionUpdate),
+					plancheck.ExpectKnownValue(topic, tfjsonpath.New("state"), knownvalue.StringExact("mirroring")),
+				}},
+			},
+			{
+				Config:      e.stateConfig("", ""),
+				ExpectError: regexp.MustCompile(`(?s)Cannot change a stopped topic to mirroring.*To keep this resource, set state to "stopped"`),
+			},
+			{
+				// Accepted: nothing to change, the data stays.
+				Config: e.stateConfig("stopped", ""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(topic, plancheck.ResourceActionNoop),
+				}},
+				Check: func(*terraform.State) error { return e.destinationEnds("orders", map[int32]int64{0: 3, 1: 0}) },
+			},
+			{
+				// Back to the drifted configuration: the test's destroy
+				// runs with it and must succeed.
+				Config:             e.stateConfig("", ""),
+				PlanOnly:           true,
+				ExpectNonEmptyPlan: true,
 			},
 		},
 	})

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -103,6 +104,8 @@ const stateDescription = "Desired state of the topic: `mirroring` (the default),
 	"in the other direction, `kmirror add --failback`). A change of state waits until every partition holds it, within the `timeouts` block, " +
 	"and the final offsets are in `partitions`.\n\n" +
 	"Read reports what the agent says: a topic paused or stopped outside Terraform shows up as a planned change. " +
+	"A stop made outside Terraform (`kmirror stop`) cannot be undone: the plan shows it as drift, with a warning, and applying " +
+	"it fails; set `state = \"stopped\"` (or `\"promoted\"`) to accept it. Destroy works either way. " +
 	"Besides the four values above it can report `stopping` (a stop under way), `failed` (some partition failed: " +
 	"`reason` says why; `mirroring` recovers it) and `mixed` (partitions in different states)."
 
@@ -279,9 +282,64 @@ func (r *mirrorTopicResource) ModifyPlan(ctx context.Context, req resource.Modif
 	if !plan.Mirror.Equal(state.Mirror) || !plan.Topic.Equal(state.Topic) {
 		return // replaced: a new topic
 	}
-	if summary, detail := checkTransition(state.State.ValueString(), to); summary != "" {
-		resp.Diagnostics.AddAttributeError(path.Root("state"), summary, detail)
+	cur := state.State.ValueString()
+	summary, detail := checkTransition(cur, to)
+	if summary == "" {
+		return
 	}
+	if applied, ok := appliedState(ctx, req.Private); ok && applied == cur {
+		// Terraform put the topic there and the configuration now asks
+		// for what cannot follow: refused before anything is applied.
+		resp.Diagnostics.AddAttributeError(path.Root("state"), summary, detail+destroyHint)
+		return
+	}
+	// Changed outside Terraform (kmirror stop, another workspace): drift,
+	// which a plan shows as a change rather than an error, so that
+	// plan -detailed-exitcode reports it and destroy still works. Applying
+	// it fails, saying the same.
+	resp.Diagnostics.AddAttributeWarning(path.Root("state"), summary+" (it was changed outside Terraform)",
+		fmt.Sprintf("The agent reports topic %q as %s, which this configuration did not ask for. Applying this plan fails. ",
+			state.Topic.ValueString(), cur)+detail)
+}
+
+// destroyHint ends a plan-time refusal: terraform destroy plans the
+// configuration first, so the refusal would stop it too.
+const destroyHint = " To destroy the resource with this configuration, run terraform destroy -refresh=false."
+
+// appliedKey is the private state key holding the state Terraform last
+// applied, which tells a change made outside Terraform from one of the
+// configuration.
+const appliedKey = "applied_state"
+
+// privateState is the part of the framework's private state data the
+// resource uses.
+type privateState interface {
+	GetKey(ctx context.Context, key string) ([]byte, diag.Diagnostics)
+}
+
+// appliedState is the state Terraform last applied to the topic; ok is
+// false when none is known (an import, a state from an older provider).
+func appliedState(ctx context.Context, p privateState) (state string, ok bool) {
+	if p == nil {
+		return "", false
+	}
+	b, diags := p.GetKey(ctx, appliedKey)
+	if diags.HasError() || len(b) == 0 {
+		return "", false
+	}
+	if err := json.Unmarshal(b, &state); err != nil {
+		return "", false
+	}
+	return state, true
+}
+
+// recordApplied keeps the state Terraform has just applied in the private
+// state.
+func recordApplied(ctx context.Context, p interface {
+	SetKey(ctx context.Context, key string, value []byte) diag.Diagnostics
+}, state string) diag.Diagnostics {
+	b, _ := json.Marshal(state)
+	return p.SetKey(ctx, appliedKey, b)
 }
 
 func (r *mirrorTopicResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
@@ -349,6 +407,7 @@ func (r *mirrorTopicResource) Create(ctx context.Context, req resource.CreateReq
 	// reports what they do.
 	plan.State = types.StringValue(target)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+	resp.Diagnostics.Append(recordApplied(ctx, resp.Private, target)...)
 }
 
 // pauseNew pauses a topic just added, retrying while the agent does not
@@ -480,6 +539,7 @@ func (r *mirrorTopicResource) Update(ctx context.Context, req resource.UpdateReq
 		return
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+	resp.Diagnostics.Append(recordApplied(ctx, resp.Private, to)...)
 }
 
 // apply calls the agent's operation that moves topic from state from to
