@@ -411,3 +411,56 @@ func TestAccMirrorTopic_stoppedOutOfBand(t *testing.T) {
 		},
 	})
 }
+
+// TestAccMirrorTopic_lagWhilePaused: a paused topic whose source moves on
+// shows the lag (it read 0 before: the source's end was only read from
+// fetch responses, and a paused partition is not fetched), with the time
+// the source's end was read.
+func TestAccMirrorTopic_lagWhilePaused(t *testing.T) {
+	e := newAccEnv(t)
+	ctx := context.Background()
+	const topic = "kafka_mirror_topic.orders"
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: accFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: e.stateConfig("", ""),
+				PostApplyFunc: func() {
+					e.produce(t, "orders", 0, 4)
+					e.waitMirrored(t, "dr", "orders", map[int32]int64{0: 4, 1: 0})
+				},
+			},
+			{
+				Config: e.stateConfig("paused", ""),
+				Check:  e.partitionsAre("orders", mirrorapi.StatePaused, ""),
+			},
+			{
+				PreConfig: func() {
+					e.produce(t, "orders", 0, 6)
+					for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+						out, err := e.cl.Offsets(ctx, "dr", "orders")
+						if err == nil && len(out.Topics) == 1 && len(out.Topics[0].Partitions) == 2 {
+							p := out.Topics[0].Partitions[0]
+							if p.Lag == 6 && p.SourceOffset == 10 && p.DestinationOffset == 4 && !p.SourceOffsetAt.IsZero() {
+								break
+							}
+							if time.Now().After(deadline) {
+								t.Fatalf("paused orders/0: source %d, destination %d, lag %d (read at %v); want 10, 4, 6", p.SourceOffset, p.DestinationOffset, p.Lag, p.SourceOffsetAt)
+							}
+						} else if time.Now().After(deadline) {
+							t.Fatalf("offsets of dr/orders: %+v, %v", out, err)
+						}
+					}
+				},
+				RefreshState: true,
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr(topic, "max_lag", "6"),
+					resource.TestCheckResourceAttr(topic, "partitions.0.lag", "6"),
+					resource.TestCheckResourceAttr(topic, "partitions.0.source_offset", "10"),
+					resource.TestCheckResourceAttr(topic, "partitions.1.lag", "0"),
+					resource.TestCheckResourceAttrSet(topic, "partitions.0.source_offset_at"),
+				),
+			},
+		},
+	})
+}

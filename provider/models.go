@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -18,6 +19,7 @@ import (
 var partitionAttrTypes = map[string]attr.Type{
 	"partition":            types.Int64Type,
 	"source_offset":        types.Int64Type,
+	"source_offset_at":     types.StringType,
 	"destination_offset":   types.Int64Type,
 	"lag":                  types.Int64Type,
 	"state":                types.StringType,
@@ -139,12 +141,20 @@ func flattenTopic(t mirrorapi.Topic) (topicFigures, diag.Diagnostics) {
 	}
 	ps := append([]mirrorapi.Partition(nil), t.Partitions...)
 	sort.Slice(ps, func(i, j int) bool { return ps[i].Partition < ps[j].Partition })
+	lagKnown := true
 	for _, p := range ps {
+		// Unknown figures are null, never 0: the source's end has not
+		// been read since the agent started.
+		lag, srcAt := types.Int64Value(p.Lag), types.StringValue(p.SourceOffsetAt.UTC().Format(time.RFC3339))
+		if p.Lag == mirrorapi.LagUnknown || p.SourceOffsetAt.IsZero() {
+			lag, srcAt, lagKnown = types.Int64Null(), types.StringNull(), false
+		}
 		obj, d := types.ObjectValue(partitionAttrTypes, map[string]attr.Value{
 			"partition":            types.Int64Value(int64(p.Partition)),
 			"source_offset":        types.Int64Value(p.SourceOffset),
+			"source_offset_at":     srcAt,
 			"destination_offset":   types.Int64Value(p.DestinationOffset),
-			"lag":                  types.Int64Value(p.Lag),
+			"lag":                  lag,
 			"state":                types.StringValue(stateName(p.State)),
 			"stop_mode":            types.StringValue(p.StopMode),
 			"last_mirrored_offset": types.Int64Value(p.LastMirrored),
@@ -158,8 +168,12 @@ func flattenTopic(t mirrorapi.Topic) (topicFigures, diag.Diagnostics) {
 	}
 	list, d := types.ListValue(partitionObjectType, parts)
 	diags.Append(d...)
+	maxLagValue := types.Int64Value(maxLag)
+	if !lagKnown {
+		maxLagValue = types.Int64Null()
+	}
 	f := topicFigures{
-		State: types.StringValue(state), Partitions: list, MaxLag: types.Int64Value(maxLag),
+		State: types.StringValue(state), Partitions: list, MaxLag: maxLagValue,
 		Reason: types.StringValue(strings.Join(reasons, "; ")), ReasonCode: types.StringValue(string(topicReasonCode(t.ErrorCode, ps))),
 		ReadOnlyEnforced: types.BoolValue(t.ReadOnlyEnforced),
 		DivergentTopic:   types.StringValue(""), DivergentRecords: types.Int64Value(0),

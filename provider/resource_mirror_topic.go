@@ -78,12 +78,14 @@ func (r *mirrorTopicResource) Metadata(_ context.Context, req resource.MetadataR
 // shared with the data source.
 func topicFiguresDescriptions() (partitions, maxLag, reason, readOnly string) {
 	return "The topic's partitions as the agent last reported them: `partition`, `source_offset` (source high watermark), " +
-			"`destination_offset` (next offset to write: every offset below it is mirrored), `lag` (records), " +
+			"`source_offset_at` (when the agent read it, RFC 3339; null when it has not since it started), " +
+			"`destination_offset` (next offset to write: every offset below it is mirrored), `lag` (records: `source_offset` " +
+			"minus `destination_offset`, in every state; null when the source's end is unknown, never a stale 0), " +
 			"`state` (`initializing`, `preparing`, `mirroring`, `paused`, `stopping`, `stopped` or `failed`), " +
 			"`stop_mode` (`failover` or `promote` for a stopping or stopped partition, else empty) and " +
 			"`last_mirrored_offset` (-1 when none is; after a stop, the final offset). Empty until the agent has read " +
 			"the source topic's metadata.",
-		"Largest partition lag of the topic, in records, when last read.",
+		"Largest partition lag of the topic, in records, when last read; null when some partition's lag is unknown (the agent has not read the source's end).",
 		"Why the topic or some of its partitions are not mirroring, or how its partitions' states differ; empty when there is nothing to say.",
 		"Whether the destination topic is read-only for everyone but the agent (a DENY WRITE ACL for `User:*`). " +
 			"False without an authorizer on the destination, when the agent is not a super user there, and once the topic is stopped."

@@ -418,7 +418,7 @@ func (s *Server) offsets(b Backend, w http.ResponseWriter, r *http.Request) {
 		to := mirrorapi.TopicOffsets{Name: t.Name, Partitions: []mirrorapi.PartitionOffsets{}}
 		for _, p := range t.Partitions {
 			to.Partitions = append(to.Partitions, mirrorapi.PartitionOffsets{
-				Partition: p.Partition, LastMirroredOffset: p.LastMirrored, SourceOffset: p.SourceOffset,
+				Partition: p.Partition, LastMirroredOffset: p.LastMirrored, SourceOffset: p.SourceOffset, SourceOffsetAt: p.SourceOffsetAt,
 				DestinationOffset: p.DestinationOffset, Lag: p.Lag, State: p.State,
 			})
 		}

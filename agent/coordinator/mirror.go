@@ -254,6 +254,7 @@ func (m *mirror) runConnected(ctx context.Context) error {
 	for {
 		m.discoverTopics(fctx, srcAdm)
 		m.syncTopics(fctx, mgr, sourceReader{src, srcMeta}, f)
+		m.refreshSourceEnds(fctx, srcAdm)
 		select {
 		case <-ctx.Done():
 			return nil

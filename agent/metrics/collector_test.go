@@ -232,3 +232,23 @@ func TestCollectorSyncEveryKind(t *testing.T) {
 		}
 	}
 }
+
+// TestCollectorLagUnknown: a partition whose source end is not known has no
+// lag series (never a 0 that silences an alert) and an infinite source age.
+func TestCollectorLagUnknown(t *testing.T) {
+	c := metrics.NewCollector()
+	c.SetSource(fakeSource{{
+		Name: "dr", StateCounts: map[mirrorapi.State]int{mirrorapi.StatePaused: 1},
+		Topics: []mirrorapi.Topic{{Name: "orders", Partitions: []mirrorapi.Partition{
+			{Partition: 0, State: mirrorapi.StatePaused, Lag: mirrorapi.LagUnknown, DestinationOffset: 40},
+		}}},
+	}})
+	want := `
+# HELP kmirror_partition_source_offset_age_seconds Age of the source figures the partition's lag is computed from (+Inf when not read since the agent started): alert when it grows, as lag is then out of date.
+# TYPE kmirror_partition_source_offset_age_seconds gauge
+kmirror_partition_source_offset_age_seconds{mirror="dr",partition="0",topic="orders"} +Inf
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "kmirror_partition_source_offset_age_seconds", "kmirror_partition_lag_records", "kmirror_partition_lag_seconds"); err != nil {
+		t.Error(err)
+	}
+}

@@ -8,6 +8,8 @@
 //	MaxLag                      kmirror_mirror_max_lag_records{mirror}
 //	ConsumerLag (per partition) kmirror_partition_lag_records{mirror,topic,partition}
 //	                            kmirror_partition_lag_seconds{mirror,topic,partition}
+//	                            (both absent while the source's end is unknown)
+//	(staleness of lag)          kmirror_partition_source_offset_age_seconds{mirror,topic,partition}
 //	FailedPartitionsCount       kmirror_failed_partitions{mirror}
 //	<State>PartitionState       kmirror_partitions{mirror,state}
 //	(why, by reason code)       kmirror_partition_reason{mirror,topic,partition,reason_code}:
@@ -44,6 +46,7 @@
 package metrics
 
 import (
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -78,6 +81,8 @@ var (
 		"Records on the source not yet mirrored (source high watermark minus destination log end).", partLabels, nil)
 	descLagSeconds = prometheus.NewDesc("kmirror_partition_lag_seconds",
 		"Approximate age of the oldest unmirrored record: the time since the partition last had no lag; 0 without lag.", partLabels, nil)
+	descSourceAge = prometheus.NewDesc("kmirror_partition_source_offset_age_seconds",
+		"Age of the source figures the partition's lag is computed from (+Inf when not read since the agent started): alert when it grows, as lag is then out of date.", partLabels, nil)
 	descBytes = prometheus.NewDesc("kmirror_mirrored_bytes_total",
 		"Record batch bytes written to the destination since the partition's mirror started.", partLabels, nil)
 	descRecords = prometheus.NewDesc("kmirror_mirrored_records_total",
@@ -145,7 +150,7 @@ func (c *Collector) SetSource(s Source) { c.src.Store(&s) }
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		descLag, descLagSeconds, descBytes, descRecords, descLost, descRetries, descReason,
+		descLag, descLagSeconds, descSourceAge, descBytes, descRecords, descLost, descRetries, descReason,
 		descMaxLag, descFailed, descStates, descBuffered, descMirrorError, descTopicError,
 		descSyncErrors, descSyncSuccess, descSyncItems,
 		descFetchRequests, descFetchErrors, descFetchThrottle,
@@ -166,6 +171,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if src == nil {
 		return
 	}
+	now := time.Now()
 	for _, m := range (*src).Describe() {
 		gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{m.Name}, labels...)...)
@@ -207,8 +213,18 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descTopicError, b2f(t.Error != ""), t.Name)
 			for _, p := range t.Partitions {
 				l := []string{m.Name, t.Name, strconv.Itoa(int(p.Partition))}
-				ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(p.Lag), l...)
-				ch <- prometheus.MustNewConstMetric(descLagSeconds, prometheus.GaugeValue, float64(p.LagMillis)/1000, l...)
+				// An unknown lag is absent, never 0: the age series
+				// (+Inf until the source's end is read) is what to
+				// alert on.
+				if p.Lag != mirrorapi.LagUnknown {
+					ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(p.Lag), l...)
+					ch <- prometheus.MustNewConstMetric(descLagSeconds, prometheus.GaugeValue, float64(p.LagMillis)/1000, l...)
+				}
+				age := math.Inf(1)
+				if !p.SourceOffsetAt.IsZero() {
+					age = now.Sub(p.SourceOffsetAt).Seconds()
+				}
+				ch <- prometheus.MustNewConstMetric(descSourceAge, prometheus.GaugeValue, age, l...)
 				ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(p.Bytes), l...)
 				ch <- prometheus.MustNewConstMetric(descRecords, prometheus.CounterValue, float64(p.Records), l...)
 				ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(p.LostRecords), l...)

@@ -60,6 +60,7 @@ func (m *Mirror) handle(ctx context.Context, c fetcher.Chunk) error {
 	m.mu.Lock()
 	if c.HighWatermark >= 0 {
 		m.st.SourceOffset, m.st.SourceLastStable, m.st.SourceLogStart = c.HighWatermark, c.LastStable, c.LogStart
+		m.st.SourceOffsetAt = time.Now()
 	}
 	m.mu.Unlock()
 	if c.Err != nil {

@@ -343,15 +343,36 @@ func (m *Mirror) abortOpen(ctx context.Context, txnID string) error {
 	return nil
 }
 
-// Status returns the partition's current figures.
+// Status returns the partition's current figures. Lag is computed here,
+// from the source and destination figures of one snapshot, whatever the
+// state: a paused, failed or stopped partition whose source moved on has
+// lag, and one whose source end is not known says so (LagUnknown).
 func (m *Mirror) Status() Status {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	st := m.st
+	st.Lag, st.LagMillis = mirrorapi.LagUnknown, 0
+	if !st.SourceOffsetAt.IsZero() {
+		st.Lag = max(0, st.SourceOffset-st.DestinationOffset)
+	}
 	if st.Lag > 0 {
 		st.LagMillis = time.Since(m.caughtUp).Milliseconds()
 	}
 	return st
+}
+
+// SetSourceBounds records source figures read at asOf outside the fetch
+// path (ListOffsets, for a partition not being fetched: paused, failed,
+// stopped, throttled, or not started). Figures older than those the
+// partition has are ignored.
+func (m *Mirror) SetSourceBounds(b leaders.Bounds, asOf time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.st.SourceOffsetAt.Before(asOf) {
+		return
+	}
+	m.st.SourceOffset, m.st.SourceLastStable, m.st.SourceLogStart = b.HighWatermark, b.LastStable, b.LogStart
+	m.st.SourceOffsetAt = asOf
 }
 
 // Restore sets a state read from the state topic on a mirror that will not
@@ -547,6 +568,7 @@ func (m *Mirror) resync(ctx context.Context) error {
 	}
 	m.mu.Lock()
 	m.st.SourceOffset, m.st.SourceLastStable, m.st.SourceLogStart = src.HighWatermark, src.LastStable, src.LogStart
+	m.st.SourceOffsetAt = time.Now()
 	m.mu.Unlock()
 	if dst.HighWatermark > src.HighWatermark {
 		return failRealign(reason.DestinationAhead, "destination log end %d is beyond the source high watermark %d: the source log was truncated or recreated, or something else wrote to the destination",

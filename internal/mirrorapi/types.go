@@ -3,7 +3,11 @@
 // read and write the same JSON.
 package mirrorapi
 
-import "github.com/kmirror/kmirror/internal/mirrorspec"
+import (
+	"time"
+
+	"github.com/kmirror/kmirror/internal/mirrorspec"
+)
 
 // State is a mirror partition's lifecycle state (KIP-1279's, plus PAUSED).
 type State string
@@ -150,14 +154,22 @@ type Partition struct {
 	// (StopModeFailover or StopModePromote); empty otherwise, and for
 	// partitions stopped before the agent kept it.
 	StopMode string `json:"stop_mode,omitempty"`
-	// SourceOffset is the source high watermark last seen.
+	// SourceOffset is the source high watermark last seen, at
+	// SourceOffsetAt.
 	SourceOffset     int64 `json:"source_offset"`
 	SourceLastStable int64 `json:"source_last_stable"`
 	SourceLogStart   int64 `json:"source_log_start"`
+	// SourceOffsetAt is when the source figures were read (from a fetch
+	// response, or ListOffsets for a partition not being fetched); zero
+	// (omitted) when they have not been read since the agent started.
+	SourceOffsetAt time.Time `json:"source_offset_at,omitzero"`
 	// DestinationOffset is the next offset to write on the destination:
 	// every offset below it is mirrored.
 	DestinationOffset int64 `json:"destination_offset"`
-	Lag               int64 `json:"lag"`
+	// Lag is SourceOffset minus DestinationOffset, both from one snapshot,
+	// in every state; LagUnknown (-1) when the source figures have not
+	// been read. SourceOffsetAt says how old it is.
+	Lag int64 `json:"lag"`
 	// LagMillis approximates how old the oldest unmirrored record is: the
 	// time since the partition last had no lag.
 	LagMillis int64 `json:"lag_ms"`
@@ -170,6 +182,9 @@ type Partition struct {
 	PadRemaining int64 `json:"pad_remaining,omitempty"`
 	LastMirrored int64 `json:"last_mirrored_offset"`
 }
+
+// LagUnknown is Partition.Lag when the source's end has not been read.
+const LagUnknown = -1
 
 // Error is the body of every error response.
 type Error struct {
@@ -241,9 +256,12 @@ type PartitionOffsets struct {
 	// LastMirroredOffset is the last offset mirrored, -1 when none is.
 	LastMirroredOffset int64 `json:"last_mirrored_offset"`
 	SourceOffset       int64 `json:"source_offset"`
-	DestinationOffset  int64 `json:"destination_offset"`
-	Lag                int64 `json:"lag"`
-	State              State `json:"state"`
+	// SourceOffsetAt is when SourceOffset was read (Partition's).
+	SourceOffsetAt    time.Time `json:"source_offset_at,omitzero"`
+	DestinationOffset int64     `json:"destination_offset"`
+	// Lag is LagUnknown when the source's end has not been read.
+	Lag   int64 `json:"lag"`
+	State State `json:"state"`
 }
 
 // The codes of error responses, stable across releases; Kafka's error names

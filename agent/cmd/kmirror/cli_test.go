@@ -27,6 +27,9 @@ import (
 
 var updateGolden = flag.Bool("update", false, "rewrite the golden files of the CLI tests")
 
+// goldenNow is the instant the golden files are rendered at.
+var goldenNow = time.Date(2026, 11, 30, 12, 0, 5, 0, time.UTC)
+
 // fixtureBackend serves a fixed describe through the real API handler.
 type fixtureBackend struct{ api.Backend }
 
@@ -35,9 +38,15 @@ func (fixtureBackend) Running() bool { return true }
 func (fixtureBackend) Describe() []coordinator.MirrorStatus {
 	p := func(topic string, n int32, src, dst int64, st mirrorapi.State, code mirrorapi.ReasonCode, why string) mirrorapi.Partition {
 		return mirrorapi.Partition{Mirror: "dr", Topic: topic, Partition: n, State: st, Reason: why, ReasonCode: code,
-			SourceOffset: src, SourceLastStable: src, DestinationOffset: dst, Lag: src - dst, LastMirrored: dst - 1,
+			SourceOffset: src, SourceLastStable: src, SourceOffsetAt: goldenNow.Add(-time.Second), DestinationOffset: dst, Lag: src - dst, LastMirrored: dst - 1,
 			LagMillis: 1500 * (src - dst), Bytes: 100 * dst, Records: dst}
 	}
+	// A failed partition's source end read two minutes ago (a source
+	// that stopped answering), one not read at all.
+	stale := p("bar", 0, 12, 7, mirrorapi.StateFailed, reason.DestinationTopicRecreated, "destination topic \"bar\" was recreated")
+	stale.SourceOffsetAt = goldenNow.Add(-2 * time.Minute)
+	unread := p("bar", 1, 0, 3, mirrorapi.StatePaused, "", "")
+	unread.SourceOffsetAt, unread.Lag, unread.LagMillis = time.Time{}, mirrorapi.LagUnknown, 0
 	return []coordinator.MirrorStatus{
 		{Name: "dr", Source: mirrorapi.Source{BootstrapServers: []string{"src-1:9092", "src-2:9092"},
 			SASL: &mirrorapi.SourceSASL{Mechanism: "SCRAM-SHA-512", Username: "mirror-dr", Password: mirrorapi.Redacted}}, MaxLag: 10,
@@ -45,15 +54,13 @@ func (fixtureBackend) Describe() []coordinator.MirrorStatus {
 			Throttle: &mirrorapi.Throttle{RateBytesPerSecond: 1 << 20, Partitions: []string{"foo:1"},
 				SourceQuota: true, SourceQuotaEntity: "user=mirror-dr,client-id=kmirror-dr"},
 			Fetch:       mirrorapi.FetchStats{Requests: 120, Bytes: 27300, ThrottledMillis: 1500},
-			StateCounts: map[mirrorapi.State]int{mirrorapi.StateMirroring: 2, mirrorapi.StateFailed: 1},
+			StateCounts: map[mirrorapi.State]int{mirrorapi.StateMirroring: 2, mirrorapi.StateFailed: 1, mirrorapi.StatePaused: 1},
 			Topics: []mirrorapi.Topic{
 				{Name: "foo", Partitions: []mirrorapi.Partition{
 					p("foo", 0, 189, 189, mirrorapi.StateMirroring, "", ""),
 					p("foo", 1, 94, 84, mirrorapi.StateMirroring, "", ""),
 				}},
-				{Name: "bar", Partitions: []mirrorapi.Partition{
-					p("bar", 0, 12, 7, mirrorapi.StateFailed, reason.DestinationTopicRecreated, "destination topic \"bar\" was recreated"),
-				}},
+				{Name: "bar", Partitions: []mirrorapi.Partition{stale, unread}},
 				{Name: "baz", Error: "source topic \"baz\" does not exist", ErrorCode: reason.SourceTopicMissing, Partitions: []mirrorapi.Partition{}},
 			},
 			Sync: mirrorapi.MetadataSync{
@@ -103,6 +110,8 @@ func golden(t *testing.T, name, got string) {
 // TestGolden renders describe, list and offsets of a fixed agent answer,
 // through the real API handler and client, as tables and as JSON.
 func TestGolden(t *testing.T) {
+	defer func(c func() time.Time) { clock = c }(clock)
+	clock = func() time.Time { return goldenNow }
 	srv := httptest.NewServer(api.Handler(fixtureBackend{}, api.Options{Tokens: []string{"tok"}}))
 	defer srv.Close()
 	t.Setenv("KMIRROR_ADDR", srv.URL)

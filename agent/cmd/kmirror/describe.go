@@ -160,12 +160,19 @@ func writeTable(w io.Writer, ms []mirrorapi.Mirror) error {
 			}
 			notes = append(notes, note)
 		}
+		if n := staleNote(m, clock()); n != "" {
+			notes = append(notes, n)
+		}
 		for _, t := range m.Topics {
 			if t.Error != "" {
 				notes = append(notes, fmt.Sprintf("mirror %s topic %s: %s", m.Name, t.Name, withCode(t.ErrorCode, t.Error)))
 			}
 			for _, p := range t.Partitions {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", m.Name, t.Name, p.Partition, p.SourceOffset, p.DestinationOffset, p.Lag, p.State)
+				src, lag := strconv.FormatInt(p.SourceOffset, 10), strconv.FormatInt(p.Lag, 10)
+				if p.SourceOffsetAt.IsZero() {
+					src, lag = "?", "?"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", m.Name, t.Name, p.Partition, src, p.DestinationOffset, lag, p.State)
 				if p.Reason != "" {
 					notes = append(notes, fmt.Sprintf("mirror %s %s/%d %s: %s", m.Name, t.Name, p.Partition, p.State, withCode(p.ReasonCode, p.Reason)))
 				}
@@ -191,6 +198,42 @@ func writeTable(w io.Writer, ms []mirrorapi.Mirror) error {
 		fmt.Fprintf(w, "mirror %s destination transaction timeout: %s\n", m.Name, txnTimeoutLine(m))
 	}
 	return nil
+}
+
+// clock is the time describe compares the agent's timestamps with (a
+// fixed instant in the golden tests).
+var clock = time.Now
+
+// staleNote says when the lag of some of m's partitions is unknown or read
+// from old source figures, "" when every figure is recent. Old means older
+// than three metadata refresh intervals (at least 15 s): the agent reads
+// the source ends of partitions it does not fetch once per interval.
+func staleNote(m mirrorapi.Mirror, now time.Time) string {
+	limit := max(3*time.Duration(m.MetadataRefreshIntervalMs)*time.Millisecond, 15*time.Second)
+	var unknown, stale int
+	var oldest time.Duration
+	for _, t := range m.Topics {
+		for _, p := range t.Partitions {
+			switch age := now.Sub(p.SourceOffsetAt); {
+			case p.SourceOffsetAt.IsZero():
+				unknown++
+			case age > limit:
+				stale++
+				oldest = max(oldest, age)
+			}
+		}
+	}
+	var parts []string
+	if unknown > 0 {
+		parts = append(parts, fmt.Sprintf("lag of %d partition(s) unknown (?): the source's end has not been read since the agent started (is the source reachable?)", unknown))
+	}
+	if stale > 0 {
+		parts = append(parts, fmt.Sprintf("source figures of %d partition(s) are up to %s old: their lag may be out of date", stale, oldest.Round(time.Second)))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("mirror %s: %s", m.Name, strings.Join(parts, "; "))
 }
 
 // withCode puts a reason's code, when it has one, in brackets before its

@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -139,6 +140,7 @@ func waitTopics(ctx context.Context, cl *mirrorapi.Client, mirror string, topics
 		}
 		counts := map[mirrorapi.State]int{}
 		var lag int64
+		lagUnknown := false
 		n, reached := 0, 0
 		var failed, waiting []string
 		for _, t := range m.Topics {
@@ -148,7 +150,10 @@ func waitTopics(ctx context.Context, cl *mirrorapi.Client, mirror string, topics
 			for _, p := range t.Partitions {
 				n++
 				counts[p.State]++
-				lag += p.Lag
+				if p.Lag == mirrorapi.LagUnknown {
+					lagUnknown = true
+				}
+				lag += max(p.Lag, 0)
 				switch {
 				case p.State == want:
 					reached++
@@ -159,7 +164,11 @@ func waitTopics(ctx context.Context, cl *mirrorapi.Client, mirror string, topics
 				}
 			}
 		}
-		line := fmt.Sprintf("%d/%d partitions %s; states %s; lag %d", reached, n, want, countsText(counts), lag)
+		lagText := strconv.FormatInt(lag, 10)
+		if lagUnknown {
+			lagText += " and unknown (the source's end not read)"
+		}
+		line := fmt.Sprintf("%d/%d partitions %s; states %s; lag %s", reached, n, want, countsText(counts), lagText)
 		if line != last {
 			fmt.Fprintln(stdout, line)
 			last = line
