@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+
 	"github.com/kmirror/kmirror/agent/api"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
@@ -105,6 +107,13 @@ var (
 func runExample(t *testing.T, tf, reattach, root, dir, name string) {
 	e := newAccEnv(t)
 	ctx := context.Background()
+	// The quickstart mirrors the demo's topics, which must exist on the
+	// source: a topic that does not fails its creation.
+	for _, topic := range []string{"payments", "customers"} {
+		if _, err := kadm.NewClient(e.srcCl).CreateTopic(ctx, 3, -1, nil, topic); err != nil {
+			t.Fatal(err)
+		}
+	}
 	tlsSrv := httptest.NewTLSServer(api.Handler(e.co, api.Options{Tokens: []string{accToken}}))
 	t.Cleanup(tlsSrv.Close)
 	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsSrv.Certificate().Raw})

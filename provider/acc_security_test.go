@@ -80,6 +80,17 @@ func newSecureEnv(t *testing.T) *secureEnv {
 // config is a mirror of orders from the SASL_SSL source, its password
 // write-only at version.
 func (e *secureEnv) config(password string, version int) string {
+	return e.mirrorOnly(password, version) + `
+resource "kafka_mirror_topic" "orders" {
+  mirror = kafka_cluster_mirror.dr.name
+  topic  = "orders"
+}
+`
+}
+
+// mirrorOnly is config without the topic: a topic cannot be created while
+// its mirror cannot reach the source.
+func (e *secureEnv) mirrorOnly(password string, version int) string {
 	return accProvider(e.url, fmt.Sprintf("ca_cert_pem = %q", e.caPEM)) + fmt.Sprintf(`
 resource "kafka_cluster_mirror" "dr" {
   name = "dr"
@@ -93,11 +104,6 @@ resource "kafka_cluster_mirror" "dr" {
     }
     tls = { ca_pem = %q }
   }
-}
-
-resource "kafka_mirror_topic" "orders" {
-  mirror = kafka_cluster_mirror.dr.name
-  topic  = "orders"
 }
 `, e.src.Bootstrap()[0], password, version, e.src.CACertPEM())
 }
@@ -190,7 +196,7 @@ func TestAccClusterMirror_saslSource(t *testing.T) {
 		ProtoV6ProviderFactories: accFactories,
 		Steps: []resource.TestStep{
 			{
-				Config: e.config(wrong, 1),
+				Config: e.mirrorOnly(wrong, 1),
 				ConfigStateChecks: []statecheck.StateCheck{
 					noSecrets,
 					statecheck.ExpectKnownValue(mirror, tfjsonpath.New("source").AtMapKey("sasl").AtMapKey("password_wo"), knownvalue.Null()),
@@ -219,12 +225,13 @@ func TestAccClusterMirror_saslSource(t *testing.T) {
 			{
 				// A new write-only value without a new version: nothing
 				// to plan (Terraform cannot see it).
-				Config:             e.config(e.reader, 1),
+				Config:             e.mirrorOnly(e.reader, 1),
 				PlanOnly:           true,
 				ExpectNonEmptyPlan: false,
 			},
 			{
-				// The rotation: a new version plans an in-place update.
+				// The rotation: a new version plans an in-place update
+				// (and the topic, which can mirror now, is added).
 				PreConfig: func() { produce(3) },
 				Config:    e.config(e.reader, 2),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{

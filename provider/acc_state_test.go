@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/reason"
 )
 
 // stateConfig is accConfig with topic orders in state (the default when
@@ -458,8 +459,102 @@ func TestAccMirrorTopic_lagWhilePaused(t *testing.T) {
 					resource.TestCheckResourceAttr(topic, "partitions.0.lag", "6"),
 					resource.TestCheckResourceAttr(topic, "partitions.0.source_offset", "10"),
 					resource.TestCheckResourceAttr(topic, "partitions.1.lag", "0"),
-					resource.TestCheckResourceAttrSet(topic, "partitions.0.source_offset_at"),
 				),
+			},
+		},
+	})
+}
+
+// TestAccMirrorTopic_cannotMirror: a topic that does not exist on the
+// source, and one of a mirror whose source is unreachable, fail creation
+// with the cause (they were created green, with max_lag 0, before) and
+// leave nothing listed; a topic whose source topic goes away later shows
+// in plan.
+func TestAccMirrorTopic_cannotMirror(t *testing.T) {
+	e := newAccEnv(t)
+	ctx := context.Background()
+	if _, err := kadm.NewClient(e.srcCl).CreateTopic(ctx, 1, -1, nil, "payments"); err != nil {
+		t.Fatal(err)
+	}
+	defer func(w, g time.Duration) { settleWait, errorGrace = w, g }(settleWait, errorGrace)
+	settleWait, errorGrace = 30*time.Second, 500*time.Millisecond
+	broken := `
+resource "kafka_mirror_topic" "typo" {
+  mirror = kafka_cluster_mirror.dr.name
+  topic  = "no-such-topic"
+}
+
+resource "kafka_cluster_mirror" "dead" {
+  name   = "dead"
+  source = { bootstrap_servers = ["127.0.0.1:1"] }
+}
+
+resource "kafka_mirror_topic" "dead" {
+  mirror = kafka_cluster_mirror.dead.name
+  topic  = "invoices"
+}
+`
+	payments := `
+resource "kafka_mirror_topic" "payments" {
+  mirror = kafka_cluster_mirror.dr.name
+  topic  = "payments"
+}
+`
+	const (
+		typoErr = `Topic "no-such-topic" of mirror "dr" cannot mirror.*SOURCE_TOPIC_MISSING.*Nothing was written`
+		deadErr = `Topic "invoices" of mirror "dead" cannot mirror.*Mirror "dead" cannot run: connecting to source 127.0.0.1:1`
+	)
+	listed := func(mirror, topic string) bool {
+		m, err := e.cl.Mirror(ctx, mirror)
+		if err != nil {
+			return false
+		}
+		_, ok := findTopic(m, topic)
+		return ok
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: accFactories,
+		Steps: []resource.TestStep{
+			{
+				Config:      e.stateConfig("", broken),
+				ExpectError: regexp.MustCompile(`(?s)(` + typoErr + `.*` + deadErr + `|` + deadErr + `.*` + typoErr + `)`),
+			},
+			{
+				PreConfig: func() {
+					if listed("dr", "no-such-topic") || listed("dead", "invoices") {
+						t.Fatal("a topic whose creation failed is still listed by the agent")
+					}
+				},
+				Config: e.stateConfig("", payments),
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr("kafka_mirror_topic.payments", "state", "mirroring"),
+					resource.TestCheckResourceAttr("kafka_mirror_topic.orders", "state", "mirroring"),
+				),
+			},
+			{
+				// The source topic goes away: the plan shows the topic
+				// cannot mirror, instead of a quiet "mirroring".
+				PreConfig: func() {
+					if _, err := kadm.NewClient(e.srcCl).DeleteTopic(ctx, "payments"); err != nil {
+						t.Fatal(err)
+					}
+					for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+						m, err := e.cl.Mirror(ctx, "dr")
+						if tp, ok := findTopic(m, "payments"); err == nil && ok && tp.ErrorCode == reason.SourceTopicMissing {
+							break
+						}
+						if time.Now().After(deadline) {
+							t.Fatalf("the agent does not report payments' source topic missing: %+v, %v", m, err)
+						}
+					}
+				},
+				Config:             e.stateConfig("", payments),
+				PlanOnly:           true,
+				ExpectNonEmptyPlan: true,
+				ConfigPlanChecks: resource.ConfigPlanChecks{PostApplyPostRefresh: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("kafka_mirror_topic.payments", plancheck.ResourceActionUpdate),
+					plancheck.ExpectResourceAction("kafka_mirror_topic.orders", plancheck.ResourceActionNoop),
+				}},
 			},
 		},
 	})

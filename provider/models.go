@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -13,13 +12,13 @@ import (
 
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 	"github.com/kmirror/kmirror/internal/mirrorspec"
+	"github.com/kmirror/kmirror/internal/reason"
 )
 
 // partitionAttrTypes is one element of a topic's computed partitions list.
 var partitionAttrTypes = map[string]attr.Type{
 	"partition":            types.Int64Type,
 	"source_offset":        types.Int64Type,
-	"source_offset_at":     types.StringType,
 	"destination_offset":   types.Int64Type,
 	"lag":                  types.Int64Type,
 	"state":                types.StringType,
@@ -110,6 +109,12 @@ func topicState(t mirrorapi.Topic) (state, mixed string) {
 	return topicMixed, mixed
 }
 
+// lastingTopicError says whether a topic error keeps the topic from
+// mirroring until someone acts (as opposed to a retry in progress).
+func lastingTopicError(code mirrorapi.ReasonCode) bool {
+	return code == reason.SourceTopicMissing || code == reason.DestinationHasMorePartitions
+}
+
 // topicFigures are a mirror topic's computed attributes.
 type topicFigures struct {
 	State            types.String
@@ -139,20 +144,24 @@ func flattenTopic(t mirrorapi.Topic) (topicFigures, diag.Diagnostics) {
 	if mixed != "" {
 		reasons = append(reasons, mixed)
 	}
+	if state == topicMirroring && lastingTopicError(t.ErrorCode) {
+		// It cannot mirror until someone fixes the cause: a plan must
+		// show it, not a quiet "mirroring".
+		state = topicFailed
+	}
 	ps := append([]mirrorapi.Partition(nil), t.Partitions...)
 	sort.Slice(ps, func(i, j int) bool { return ps[i].Partition < ps[j].Partition })
 	lagKnown := true
 	for _, p := range ps {
 		// Unknown figures are null, never 0: the source's end has not
 		// been read since the agent started.
-		lag, srcAt := types.Int64Value(p.Lag), types.StringValue(p.SourceOffsetAt.UTC().Format(time.RFC3339))
+		lag := types.Int64Value(p.Lag)
 		if p.Lag == mirrorapi.LagUnknown || p.SourceOffsetAt.IsZero() {
-			lag, srcAt, lagKnown = types.Int64Null(), types.StringNull(), false
+			lag, lagKnown = types.Int64Null(), false
 		}
 		obj, d := types.ObjectValue(partitionAttrTypes, map[string]attr.Value{
 			"partition":            types.Int64Value(int64(p.Partition)),
 			"source_offset":        types.Int64Value(p.SourceOffset),
-			"source_offset_at":     srcAt,
 			"destination_offset":   types.Int64Value(p.DestinationOffset),
 			"lag":                  lag,
 			"state":                types.StringValue(stateName(p.State)),

@@ -78,9 +78,9 @@ func (r *mirrorTopicResource) Metadata(_ context.Context, req resource.MetadataR
 // shared with the data source.
 func topicFiguresDescriptions() (partitions, maxLag, reason, readOnly string) {
 	return "The topic's partitions as the agent last reported them: `partition`, `source_offset` (source high watermark), " +
-			"`source_offset_at` (when the agent read it, RFC 3339; null when it has not since it started), " +
 			"`destination_offset` (next offset to write: every offset below it is mirrored), `lag` (records: `source_offset` " +
-			"minus `destination_offset`, in every state; null when the source's end is unknown, never a stale 0), " +
+			"minus `destination_offset`, in every state; null when the agent has not read the source's end since it started, never a stale 0; " +
+			"`kmirror describe` and the API say how old the figures are), " +
 			"`state` (`initializing`, `preparing`, `mirroring`, `paused`, `stopping`, `stopped` or `failed`), " +
 			"`stop_mode` (`failover` or `promote` for a stopping or stopped partition, else empty) and " +
 			"`last_mirrored_offset` (-1 when none is; after a stop, the final offset). Empty until the agent has read " +
@@ -392,6 +392,19 @@ func (r *mirrorTopicResource) Create(ctx context.Context, req resource.CreateReq
 			fmt.Sprintf("The agent accepted topic %q for mirror %q but does not list it. Please report this issue to the provider developers.", topic, mirror))
 		return
 	}
+	if len(t.Partitions) == 0 {
+		var cause string
+		if t, cause = r.settle(ctx, mirror, topic, t); cause != "" {
+			// Nothing was mirrored: the agent forgets the topic again,
+			// so that a corrected configuration can add it.
+			detail := cause + "\n\nNothing was written to the destination. Fix the cause (a topic name that exists on the source, a source the agent can reach) and apply again."
+			if err := r.client.StopTopics(context.WithoutCancel(ctx), mirror, []string{topic}, mirrorapi.StopModeFailover); err != nil {
+				detail += fmt.Sprintf("\n\nThe agent still lists the topic (removing it failed: %v); it goes away when the mirror is destroyed.", err)
+			}
+			resp.Diagnostics.AddAttributeError(path.Root("topic"), fmt.Sprintf("Topic %q of mirror %q cannot mirror", topic, mirror), detail)
+			return
+		}
+	}
 	if target == topicPaused {
 		// The agent pauses partitions it knows: wait until it has read
 		// the source topic and created the destination one.
@@ -410,6 +423,63 @@ func (r *mirrorTopicResource) Create(ctx context.Context, req resource.CreateReq
 	plan.State = types.StringValue(target)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 	resp.Diagnostics.Append(recordApplied(ctx, resp.Private, target)...)
+}
+
+// settleWait bounds how long creating waits for the agent to read a new
+// topic's partitions, and errorGrace how long an error must last to fail
+// the creation (a mirror just created may report a transient one).
+var (
+	settleWait = 60 * time.Second
+	errorGrace = 3 * time.Second
+)
+
+// settle waits until the agent has read the partitions of topic, just added
+// to mirror, and says why it cannot when the agent reports a lasting cause:
+// the source topic does not exist, or the mirror cannot reach its source.
+// Without either within settleWait (a slow source), it returns "" and the
+// topic as it is: Read shows what follows.
+func (r *mirrorTopicResource) settle(ctx context.Context, mirror, topic string, t mirrorapi.Topic) (mirrorapi.Topic, string) {
+	ctx, cancel := context.WithTimeout(ctx, settleWait)
+	defer cancel()
+	var since time.Time
+	for {
+		m, err := r.client.Mirror(ctx, mirror)
+		if err == nil {
+			if cur, ok := findTopic(m, topic); ok {
+				t = cur
+			}
+			cause := ""
+			switch {
+			case len(t.Partitions) > 0:
+				return t, ""
+			case t.Error != "":
+				cause = fmt.Sprintf("The agent reports: %s", withReasonCode(t.ErrorCode, t.Error))
+			case m.Error != "":
+				cause = fmt.Sprintf("Mirror %q cannot run: %s", mirror, m.Error)
+			}
+			switch {
+			case cause == "":
+				since = time.Time{}
+			case since.IsZero():
+				since = time.Now()
+			case time.Since(since) >= errorGrace:
+				return t, cause
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return t, ""
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// withReasonCode puts a code before its message, as the CLI does.
+func withReasonCode(code mirrorapi.ReasonCode, msg string) string {
+	if code == "" {
+		return msg
+	}
+	return "[" + string(code) + "] " + msg
 }
 
 // pauseNew pauses a topic just added, retrying while the agent does not
@@ -684,11 +754,13 @@ func (r *mirrorTopicResource) Delete(ctx context.Context, req resource.DeleteReq
 		return // already stopped: nothing mirrors, the data stays
 	}
 	if len(t.Partitions) == 0 {
-		// Nothing created on the destination yet, so nothing to stop:
-		// the agent refuses a stop of a topic it has no partitions of.
-		resp.Diagnostics.AddWarning(fmt.Sprintf("Topic %q keeps its place in mirror %q", topic, mirror),
-			fmt.Sprintf("The agent has not read topic %q's partitions yet (%s), so it cannot stop it; it stays listed by mirror %q "+
-				"until the mirror is destroyed. Nothing was written to the destination.", topic, orNone(t.Error), mirror))
+		// Nothing created on the destination yet: the stop makes the
+		// agent forget the topic.
+		if err := r.client.StopTopics(ctx, mirror, []string{topic}, mirrorapi.StopModeFailover); err != nil {
+			resp.Diagnostics.AddWarning(fmt.Sprintf("Topic %q keeps its place in mirror %q", topic, mirror),
+				fmt.Sprintf("The agent has not read topic %q's partitions yet (%s) and could not forget it (%v); it stays listed by mirror %q "+
+					"until the mirror is destroyed. Nothing was written to the destination.", topic, orNone(t.Error), err, mirror))
+		}
 		return
 	}
 	if err := r.client.StopTopics(ctx, mirror, []string{topic}, mirrorapi.StopModeFailover); err != nil {

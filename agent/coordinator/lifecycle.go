@@ -158,8 +158,16 @@ func (c *Coordinator) lifecycle(ctx context.Context, name string, topics []strin
 		}
 	}
 	var targets []target
+	var forget []string
 	for _, t := range topics {
 		tps, err := m.partitionsOf(ctx, t)
+		if op == partition.OpStopFailover && errors.Is(err, ErrUnknownTopic) {
+			// Never mirrored: no partition known, nothing on the
+			// destination (a typo'd or not yet created source topic).
+			// Stopping it forgets it, so that it does not stay listed.
+			forget = append(forget, t)
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -187,6 +195,17 @@ func (c *Coordinator) lifecycle(ctx context.Context, name string, topics []strin
 				return err
 			}
 			targets = append(targets, target{tp: tp, from: from, to: to})
+		}
+	}
+	if len(forget) > 0 {
+		spec := rec.Spec
+		spec.Topics = slices.DeleteFunc(slices.Clone(spec.Topics), func(t string) bool { return slices.Contains(forget, t) })
+		m.log.Info("forgetting topics that never mirrored", "topics", forget)
+		if err := c.Apply(ctx, spec); err != nil {
+			return fmt.Errorf("removing never-mirrored topics %q from mirror %q: %w", forget, name, err)
+		}
+		if len(targets) == 0 {
+			return nil
 		}
 	}
 	if op == partition.OpStopPromote {
