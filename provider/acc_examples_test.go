@@ -228,6 +228,24 @@ func runExample(t *testing.T, tf, reattach, root, dir, name string) {
 	// What the state says exists must exist on the agent.
 	created := checkExampleState(t, ctx, e.cl, run("show", "-json", "-no-color"))
 
+	// Records arrive and are mirrored, so offsets and lag change: a plan of
+	// the unchanged configuration must still be empty (exit 0 with
+	// -detailed-exitcode, which CI drift checks use). An output of live
+	// figures breaks that.
+	ends, err := e.dstAdm.ListEndOffsets(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	end0, _ := ends.Lookup("orders", 0)
+	end1, _ := ends.Lookup("orders", 1)
+	e.produce(t, "orders", 0, 5)
+	if m, err := e.cl.Mirror(ctx, "dr"); err == nil {
+		if tp, ok := findTopic(m, "orders"); ok && len(tp.Partitions) == 2 && tp.Partitions[0].State == mirrorapi.StateMirroring {
+			e.waitMirrored(t, "dr", "orders", map[int32]int64{0: end0.Offset + 5, 1: end1.Offset})
+		}
+	}
+	run("plan", "-input=false", "-no-color", "-detailed-exitcode")
+
 	// import.sh: each command imports its resource back.
 	if b, err := os.ReadFile(filepath.Join(dir, "import.sh")); err == nil {
 		cmds := importRE.FindAllStringSubmatch(string(b), -1)
