@@ -287,6 +287,15 @@ func (r *mirrorTopicResource) ModifyPlan(ctx context.Context, req resource.Modif
 	cur := state.State.ValueString()
 	summary, detail := checkTransition(cur, to)
 	if summary == "" {
+		if terminal(to) && !terminal(cur) {
+			what := "a failover: mirroring ends at once, and records the source took but the destination has not yet stay on the source only"
+			if to == topicPromoted {
+				what = "a promote: mirroring ends once the destination has every record the source acknowledged"
+			}
+			resp.Diagnostics.AddAttributeWarning(path.Root("state"), fmt.Sprintf("Stopping topic %q cannot be undone", state.Topic.ValueString()),
+				fmt.Sprintf("state = %q is %s. The destination topic becomes writable and this mirror never mirrors it again; "+
+					"mirroring back takes a failback with a mirror in the other direction.", to, what))
+		}
 		return
 	}
 	if applied, ok := appliedState(ctx, req.Private); ok && applied == cur {

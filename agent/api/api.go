@@ -107,7 +107,7 @@ type route struct {
 var routes = []route{
 	{method: "GET", path: "/healthz", public: true},
 	{method: "GET", path: "/readyz", public: true},
-	{method: "GET", path: "/v1/openapi.json", handle: (*Server).openAPI},
+	{method: "GET", path: "/v1/openapi.json", anyRole: true, handle: (*Server).openAPI},
 	{method: "GET", path: "/v1/agent", anyRole: true, handle: (*Server).agent},
 	{method: "GET", path: "/v1/mirrors", handle: (*Server).list},
 	{method: "POST", path: "/v1/mirrors", handle: (*Server).create},

@@ -48,6 +48,10 @@ func TestStandby(t *testing.T) {
 	} else {
 		checkResponse(t, loadDoc(t), "GET", "/v1/agent", st, []byte(body))
 	}
+	// So is the API's document: a client is built against any agent.
+	if st, body := get("/v1/openapi.json"); st != http.StatusOK || !strings.Contains(body, `"openapi"`) {
+		t.Errorf("GET /v1/openapi.json of a standby: %d %.200s", st, body)
+	}
 	cl := mirrorapi.NewClient(srv.URL, "")
 	cl.Backoff = time.Second
 	began := time.Now()

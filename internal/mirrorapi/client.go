@@ -34,8 +34,11 @@ type Client struct {
 // NewClient returns a client for the agent at baseURL that retries
 // idempotent calls 4 times, from 200ms.
 func NewClient(baseURL, token string) *Client {
+	// The routes start with /v1: a base URL given with it (the address
+	// of the API, as its paths read) means the same agent.
+	base := strings.TrimSuffix(strings.TrimRight(baseURL, "/"), "/v1")
 	return &Client{
-		BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{Timeout: 30 * time.Second},
+		BaseURL: base, Token: token, HTTP: &http.Client{Timeout: 30 * time.Second},
 		Retries: 4, Backoff: 200 * time.Millisecond,
 	}
 }
