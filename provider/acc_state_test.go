@@ -559,3 +559,72 @@ resource "kafka_mirror_topic" "payments" {
 		},
 	})
 }
+
+// TestAccMirrorTopic_conflictsAtPlan: a topic another mirror mirrors, a
+// topic the mirror already lists outside this state, and a second throttle
+// of a mirror are refused by plan, before anything is applied (they failed
+// only at apply before, after the rest of the change was made).
+func TestAccMirrorTopic_conflictsAtPlan(t *testing.T) {
+	e := newAccEnv(t)
+	ctx := context.Background()
+	for _, topic := range []string{"payments", "refunds"} {
+		if _, err := kadm.NewClient(e.srcCl).CreateTopic(ctx, 1, -1, nil, topic); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conflicting := `
+resource "kafka_mirror_topic" "payments" {
+  mirror = kafka_cluster_mirror.dr.name
+  topic  = "payments"
+}
+
+resource "kafka_mirror_topic" "refunds" {
+  mirror = kafka_cluster_mirror.dr.name
+  topic  = "refunds"
+}
+
+resource "kafka_mirror_throttle" "dr" {
+  mirror                = kafka_cluster_mirror.dr.name
+  rate_bytes_per_second = 1048576
+}
+`
+	const (
+		otherErr    = `Topic "payments" is mirrored by mirror "other".*one\s+source`
+		listedErr   = `Mirror "dr" already mirrors topic "refunds".*terraform\s+import\s+<address>\s+dr/refunds`
+		throttleErr = `Mirror already has a throttle.*terraform\s+import`
+	)
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: accFactories,
+		Steps: []resource.TestStep{
+			{Config: e.stateConfig("", "")},
+			{
+				PreConfig: func() {
+					if _, err := e.cl.Create(ctx, mirrorapi.MirrorSpec{Name: "other", Source: mirrorapi.Source{BootstrapServers: e.src.Bootstrap()}, Topics: []string{"payments"}}); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := e.cl.AddTopics(ctx, "dr", []string{"refunds"}); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := e.cl.SetThrottle(ctx, "dr", mirrorapi.Throttle{RateBytesPerSecond: 1 << 20, Partitions: []string{mirrorapi.AllPartitions}}); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config:      e.stateConfig("", conflicting),
+				PlanOnly:    true,
+				ExpectError: regexp.MustCompile(`(?s)` + otherErr),
+			},
+			{Config: e.stateConfig("", conflicting), PlanOnly: true, ExpectError: regexp.MustCompile(`(?s)` + listedErr)},
+			{Config: e.stateConfig("", conflicting), PlanOnly: true, ExpectError: regexp.MustCompile(`(?s)` + throttleErr)},
+			{
+				// Nothing of the refused plan was applied.
+				Config: e.stateConfig("", ""),
+				Check: func(*terraform.State) error {
+					if _, err := e.cl.Mirror(ctx, "other"); err != nil {
+						return err
+					}
+					return e.partitionsAre("orders", mirrorapi.StateMirroring, "")(nil)
+				},
+			},
+		},
+	})
+}

@@ -28,6 +28,7 @@ var (
 	_ resource.Resource                = (*mirrorThrottleResource)(nil)
 	_ resource.ResourceWithConfigure   = (*mirrorThrottleResource)(nil)
 	_ resource.ResourceWithImportState = (*mirrorThrottleResource)(nil)
+	_ resource.ResourceWithModifyPlan  = (*mirrorThrottleResource)(nil)
 )
 
 // NewMirrorThrottleResource is kafka_mirror_throttle.
@@ -147,6 +148,28 @@ func (r *mirrorThrottleResource) set(ctx context.Context, plan mirrorThrottleMod
 	diags.Append(state.Set(ctx, &plan)...)
 }
 
+// ModifyPlan refuses at plan time a new throttle of a mirror that already
+// has one on the agent (Create would, after other resources of the apply
+// were changed). It says nothing when the agent cannot be asked.
+func (r *mirrorThrottleResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() || !req.State.Raw.IsNull() || r.client == nil {
+		return
+	}
+	var mirror types.String
+	resp.Diagnostics.Append(req.Plan.GetAttribute(ctx, path.Root("mirror"), &mirror)...)
+	if resp.Diagnostics.HasError() || mirror.IsUnknown() || mirror.IsNull() {
+		return
+	}
+	if _, err := r.client.Throttle(ctx, mirror.ValueString()); err == nil {
+		resp.Diagnostics.AddAttributeError(path.Root("mirror"), "Mirror already has a throttle", throttleExistsDetail(mirror.ValueString()))
+	}
+}
+
+func throttleExistsDetail(mirror string) string {
+	return fmt.Sprintf("Mirror %q already has a throttle on the kmirror agent (set outside Terraform, or by another kafka_mirror_throttle: "+
+		"a mirror has one). To manage it with Terraform, import it: terraform import <address> %s", mirror, mirror)
+}
+
 func (r *mirrorThrottleResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	plan, t, ok := r.planned(ctx, req.Plan, &resp.Diagnostics)
 	if !ok {
@@ -156,8 +179,7 @@ func (r *mirrorThrottleResource) Create(ctx context.Context, req resource.Create
 	// A throttle set outside Terraform is imported, not overwritten.
 	switch _, err := r.client.Throttle(ctx, mirror); {
 	case err == nil:
-		resp.Diagnostics.AddAttributeError(path.Root("mirror"), "Mirror already has a throttle",
-			fmt.Sprintf("Mirror %q already has a throttle on the kmirror agent. To manage it with Terraform, import it: terraform import <address> %s", mirror, mirror))
+		resp.Diagnostics.AddAttributeError(path.Root("mirror"), "Mirror already has a throttle", throttleExistsDetail(mirror))
 		return
 	case mirrorapi.IsCode(err, mirrorapi.CodeThrottleNotFound):
 	case mirrorapi.IsCode(err, mirrorapi.CodeMirrorNotFound):

@@ -274,6 +274,9 @@ func (r *mirrorTopicResource) ModifyPlan(ctx context.Context, req resource.Modif
 				"A kafka_mirror_topic starts by mirroring: create it with state \"mirroring\" (or \"paused\"), then change "+
 					"state to stop or promote it. To manage a topic that is already stopped, import it: terraform import <address> MIRROR/TOPIC.")
 		}
+		if !plan.Failback.ValueBool() {
+			r.checkNewTopic(ctx, &resp.Diagnostics, plan.Mirror, plan.Topic)
+		}
 		return
 	}
 	var state mirrorTopicModel
@@ -311,6 +314,37 @@ func (r *mirrorTopicResource) ModifyPlan(ctx context.Context, req resource.Modif
 	resp.Diagnostics.AddAttributeWarning(path.Root("state"), summary+" (it was changed outside Terraform)",
 		fmt.Sprintf("The agent reports topic %q as %s, which this configuration did not ask for. Applying this plan fails. ",
 			state.Topic.ValueString(), cur)+detail)
+}
+
+// checkNewTopic refuses at plan time a topic the agent would refuse at
+// apply, after other resources of the same apply were changed: one its
+// mirror already lists (not in this state: import it), or one another
+// mirror mirrors (a destination topic has one source). It says nothing when
+// the agent cannot be asked or a value is not known yet.
+func (r *mirrorTopicResource) checkNewTopic(ctx context.Context, diags *diag.Diagnostics, mirror, topic types.String) {
+	if r.client == nil || mirror.IsUnknown() || topic.IsUnknown() || mirror.IsNull() || topic.IsNull() {
+		return
+	}
+	ms, err := r.client.Describe(ctx)
+	if err != nil {
+		return
+	}
+	for _, m := range ms {
+		if _, ok := findTopic(m, topic.ValueString()); !ok {
+			continue
+		}
+		if m.Name == mirror.ValueString() {
+			diags.AddAttributeError(path.Root("topic"), fmt.Sprintf("Mirror %q already mirrors topic %q", m.Name, topic.ValueString()),
+				fmt.Sprintf("The agent lists it, but this state does not (added outside Terraform, by another configuration, or "+
+					"a destroyed kafka_mirror_topic, which stays listed as stopped). To manage it here, import it: "+
+					"terraform import <address> %s", topicID(m.Name, topic.ValueString())))
+			return
+		}
+		diags.AddAttributeError(path.Root("topic"), fmt.Sprintf("Topic %q is mirrored by mirror %q", topic.ValueString(), m.Name),
+			fmt.Sprintf("A destination topic has one source: mirror %q already mirrors %q on this agent, so mirror %q cannot. "+
+				"Remove one of them, or mirror the topic with %q.", m.Name, topic.ValueString(), mirror.ValueString(), m.Name))
+		return
+	}
 }
 
 // destroyHint ends a plan-time refusal: terraform destroy plans the
