@@ -83,6 +83,36 @@ func (e *accEnv) destinationWritable(t *testing.T, topic string) resource.TestCh
 	}
 }
 
+// eventually polls cond for up to 30 s and fails the test with its last
+// answer when it never holds.
+func eventually(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s", what, last)
+		}
+	}
+}
+
+// driftToMirroring is a plan-only step after preConfig changed topic
+// outside Terraform: the plan, with no error, updates it back to mirroring.
+func driftToMirroring(topic string, config string, preConfig func()) resource.TestStep {
+	return resource.TestStep{
+		PreConfig:          preConfig,
+		Config:             config,
+		PlanOnly:           true,
+		ExpectNonEmptyPlan: true,
+		ConfigPlanChecks: resource.ConfigPlanChecks{PostApplyPostRefresh: []plancheck.PlanCheck{
+			plancheck.ExpectResourceAction(topic, plancheck.ResourceActionUpdate),
+			plancheck.ExpectKnownValue(topic, tfjsonpath.New("state"), knownvalue.StringExact("mirroring")),
+		}},
+	}
+}
+
 // TestAccMirrorTopic_state: drift from an out-of-band pause, resume,
 // pause, failover (the destination accepts writes), stopped → mirroring
 // refused at plan time, import keeps the state, and a no-op stays one.
@@ -107,24 +137,15 @@ func TestAccMirrorTopic_state(t *testing.T) {
 					statecheck.ExpectKnownValue(topic, tfjsonpath.New("state"), knownvalue.StringExact("mirroring")),
 				},
 			},
-			{
-				// Paused outside Terraform: the plan resumes it.
-				PreConfig: func() {
-					e.produce(t, "orders", 0, 4)
-					e.produce(t, "orders", 1, 2)
-					e.waitMirrored(t, "dr", "orders", map[int32]int64{0: 4, 1: 2})
-					if err := e.cl.PauseTopics(ctx, "dr", []string{"orders"}); err != nil {
-						t.Fatal(err)
-					}
-				},
-				Config:             e.stateConfig("", ""),
-				PlanOnly:           true,
-				ExpectNonEmptyPlan: true,
-				ConfigPlanChecks: resource.ConfigPlanChecks{PostApplyPostRefresh: []plancheck.PlanCheck{
-					plancheck.ExpectResourceAction(topic, plancheck.ResourceActionUpdate),
-					plancheck.ExpectKnownValue(topic, tfjsonpath.New("state"), knownvalue.StringExact("mirroring")),
-				}},
-			},
+			// Paused outside Terraform: the plan resumes it.
+			driftToMirroring(topic, e.stateConfig("", ""), func() {
+				e.produce(t, "orders", 0, 4)
+				e.produce(t, "orders", 1, 2)
+				e.waitMirrored(t, "dr", "orders", map[int32]int64{0: 4, 1: 2})
+				if err := e.cl.PauseTopics(ctx, "dr", []string{"orders"}); err != nil {
+					t.Fatal(err)
+				}
+			}),
 			{
 				// Apply resumes it and waits until it mirrors.
 				Config: e.stateConfig("", ""),
@@ -360,15 +381,10 @@ func TestAccMirrorTopic_stoppedOutOfBand(t *testing.T) {
 		if err := e.cl.StopTopics(ctx, "dr", []string{"orders"}, mirrorapi.StopModeFailover); err != nil {
 			t.Fatal(err)
 		}
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		eventually(t, "stopped outside Terraform", func() (bool, string) {
 			err := e.partitionsAre("orders", mirrorapi.StateStopped, mirrorapi.StopModeFailover)(nil)
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal(err)
-			}
-		}
+			return err == nil, fmt.Sprint(err)
+		})
 	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: accFactories,
@@ -380,16 +396,7 @@ func TestAccMirrorTopic_stoppedOutOfBand(t *testing.T) {
 					e.waitMirrored(t, "dr", "orders", map[int32]int64{0: 3, 1: 0})
 				},
 			},
-			{
-				PreConfig:          stopOutside,
-				Config:             e.stateConfig("", ""),
-				PlanOnly:           true,
-				ExpectNonEmptyPlan: true,
-				ConfigPlanChecks: resource.ConfigPlanChecks{PostApplyPostRefresh: []plancheck.PlanCheck{
-					plancheck.ExpectResourceAction(topic, plancheck.ResourceActionUpdate),
-					plancheck.ExpectKnownValue(topic, tfjsonpath.New("state"), knownvalue.StringExact("mirroring")),
-				}},
-			},
+			driftToMirroring(topic, e.stateConfig("", ""), stopOutside),
 			{
 				Config:      e.stateConfig("", ""),
 				ExpectError: regexp.MustCompile(`(?s)Cannot change a stopped topic to mirroring.*To keep this resource, set state to "stopped"`),
@@ -438,20 +445,15 @@ func TestAccMirrorTopic_lagWhilePaused(t *testing.T) {
 			{
 				PreConfig: func() {
 					e.produce(t, "orders", 0, 6)
-					for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+					eventually(t, "lag of paused orders/0 (want source 10, destination 4, lag 6)", func() (bool, string) {
 						out, err := e.cl.Offsets(ctx, "dr", "orders")
-						if err == nil && len(out.Topics) == 1 && len(out.Topics[0].Partitions) == 2 {
-							p := out.Topics[0].Partitions[0]
-							if p.Lag == 6 && p.SourceOffset == 10 && p.DestinationOffset == 4 && !p.SourceOffsetAt.IsZero() {
-								break
-							}
-							if time.Now().After(deadline) {
-								t.Fatalf("paused orders/0: source %d, destination %d, lag %d (read at %v); want 10, 4, 6", p.SourceOffset, p.DestinationOffset, p.Lag, p.SourceOffsetAt)
-							}
-						} else if time.Now().After(deadline) {
-							t.Fatalf("offsets of dr/orders: %+v, %v", out, err)
+						if err != nil || len(out.Topics) != 1 || len(out.Topics[0].Partitions) != 2 {
+							return false, fmt.Sprintf("%+v, %v", out, err)
 						}
-					}
+						p := out.Topics[0].Partitions[0]
+						return p.Lag == 6 && p.SourceOffset == 10 && p.DestinationOffset == 4 && !p.SourceOffsetAt.IsZero(),
+							fmt.Sprintf("source %d, destination %d, lag %d, read at %v", p.SourceOffset, p.DestinationOffset, p.Lag, p.SourceOffsetAt)
+					})
 				},
 				RefreshState: true,
 				Check: resource.ComposeAggregateTestCheckFunc(
@@ -538,15 +540,11 @@ resource "kafka_mirror_topic" "payments" {
 					if _, err := kadm.NewClient(e.srcCl).DeleteTopic(ctx, "payments"); err != nil {
 						t.Fatal(err)
 					}
-					for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+					eventually(t, "the agent reports payments' source topic missing", func() (bool, string) {
 						m, err := e.cl.Mirror(ctx, "dr")
-						if tp, ok := findTopic(m, "payments"); err == nil && ok && tp.ErrorCode == reason.SourceTopicMissing {
-							break
-						}
-						if time.Now().After(deadline) {
-							t.Fatalf("the agent does not report payments' source topic missing: %+v, %v", m, err)
-						}
-					}
+						tp, ok := findTopic(m, "payments")
+						return err == nil && ok && tp.ErrorCode == reason.SourceTopicMissing, fmt.Sprintf("%+v, %v", tp, err)
+					})
 				},
 				Config:             e.stateConfig("", payments),
 				PlanOnly:           true,
