@@ -581,6 +581,14 @@ func (m *mirror) finishStop(tp fetcher.TP, rp *runningPartition, stop context.Ca
 			r = reason.Error{Code: reason.SourceNotFenced, Message: "promoted" + note}
 		}
 	}
+	// The topic is an ordinary writable topic once all its partitions
+	// are STOPPED (DESIGN §4): its read-only ACL goes before the last
+	// partition shows STOPPED, so that whoever waits for STOPPED (a
+	// terraform apply, kmirror stop) can write at once. stopMu orders the
+	// partitions stopping together, so that the last sees the others.
+	m.stopMu.Lock()
+	defer m.stopMu.Unlock()
+	m.releaseIfStopped(tp.Topic, tp)
 	m.mu.Lock()
 	m.stoppedBy[tp] = mode
 	m.mu.Unlock()
@@ -592,9 +600,6 @@ func (m *mirror) finishStop(tp fetcher.TP, rp *runningPartition, stop context.Ca
 	delete(m.stopModes, tp)
 	m.mu.Unlock()
 	m.log.Info("partition stopped", "partition", tp.String(), "mode", mode, "last_mirrored_offset", lmo)
-	// The topic is an ordinary writable topic once all its partitions
-	// are STOPPED (DESIGN §4).
-	m.releaseIfStopped(tp.Topic)
 }
 
 // stopPromote moves tp to STOPPING and waits for lag 0 in the background.

@@ -56,6 +56,9 @@ type mirror struct {
 	log hclog.Logger
 	rec mirrorRecord
 
+	// stopMu serializes the end of partition stops (finishStop).
+	stopMu sync.Mutex
+
 	mu        sync.Mutex
 	spec      mirrorspec.Spec
 	err       string

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/agent/readonly"
 )
@@ -159,9 +160,11 @@ func (m *mirror) releaseReadOnly(ctx context.Context, topic string) {
 	m.mu.Unlock()
 }
 
-// releaseIfStopped releases topic's ACL when every partition of it is
-// STOPPED.
-func (m *mirror) releaseIfStopped(topic string) {
+// releaseIfStopped releases topic's ACL when every partition of it but
+// stopping (which is about to be) is STOPPED, and says whether every one
+// is. finishStop calls it before it shows the last partition STOPPED, under
+// stopMu: a topic whose partitions all read STOPPED is writable.
+func (m *mirror) releaseIfStopped(topic string, stopping fetcher.TP) {
 	ctx, cancel := context.WithTimeout(m.ctx, 15*time.Second)
 	defer cancel()
 	tps, err := m.partitionsOf(ctx, topic)
@@ -169,7 +172,7 @@ func (m *mirror) releaseIfStopped(topic string) {
 		return
 	}
 	for _, tp := range tps {
-		if m.stateOf(tp) != partition.Stopped {
+		if tp != stopping && m.stateOf(tp) != partition.Stopped {
 			return
 		}
 	}
