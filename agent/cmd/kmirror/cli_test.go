@@ -243,3 +243,16 @@ func TestVerbs(t *testing.T) {
 		t.Errorf("mirrors after delete: %+v", ms)
 	}
 }
+
+// TestDescribeUnknownMirror: the error names the API's code, as every
+// other error from the agent does.
+func TestDescribeUnknownMirror(t *testing.T) {
+	srv := httptest.NewServer(api.Handler(fixtureBackend{}, api.Options{Tokens: []string{"tok"}}))
+	defer srv.Close()
+	t.Setenv("KMIRROR_ADDR", srv.URL)
+	t.Setenv("KMIRROR_TOKEN", "tok")
+	_, err := capture(t, runDescribe, "--mirror", "nosuch")
+	if err == nil || !strings.Contains(err.Error(), `--mirror "nosuch": MIRROR_NOT_FOUND`) {
+		t.Fatalf("describe --mirror nosuch: %v, want MIRROR_NOT_FOUND", err)
+	}
+}

@@ -118,7 +118,7 @@ func runDescribe(ctx context.Context, args []string) error {
 				}
 			}
 			if len(kept) == 0 {
-				return fmt.Errorf("--mirror %q: no such mirror on the agent at %s", *mirror, *addr)
+				return fmt.Errorf("--mirror %q: %s: no such mirror on the agent at %s (kmirror list shows its mirrors)", *mirror, mirrorapi.CodeMirrorNotFound, *addr)
 			}
 			ms = kept
 		}
