@@ -44,9 +44,12 @@ func testRecoverRecreate(t *testing.T, e engine) {
 	if _, err := p.dstAdm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "min.insync.replicas", Value: new("1")}}, topic); err != nil {
 		t.Fatal(err)
 	}
-	if v, src := topicOverride(t, p.dstAdm, topic, "min.insync.replicas"); v != "1" || src != kmsg.ConfigSourceDynamicTopicConfig {
-		t.Fatalf("min.insync.replicas of the destination topic: %q from %v, want 1 set on the topic", v, src)
-	}
+	// Kafka answers AlterConfigs before the broker describing the topic
+	// has the change: read until it does.
+	waitUntil(t, failWait, "min.insync.replicas set on the destination topic", func() (bool, string) {
+		v, src := topicOverride(t, p.dstAdm, topic, "min.insync.replicas")
+		return v == "1" && src == kmsg.ConfigSourceDynamicTopicConfig, fmt.Sprintf("%q from %v", v, src)
+	})
 	oldID := topicIDOf(t, p.dstAdm, topic)
 
 	// The source topic is recreated: a new producer writes it (the old one
