@@ -1,13 +1,10 @@
 package bench
 
 import (
-	"github.com/kmirror/kmirror/internal/kmirrorbin"
-
 	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +14,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
+	"github.com/kmirror/kmirror/internal/kmirrorbin"
 )
 
 // Some figures need the agent or the clusters in a process of their own:
@@ -137,12 +137,7 @@ func devClusterProc(b *testing.B, name string) (*proc, string) {
 // src to dst, its API on a free port; it returns the API's base URL.
 func agentProc(b *testing.B, dst, src []string, topics ...string) (*proc, string) {
 	b.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := devclustertest.FreeAddr(b)
 	cfg := fmt.Sprintf(`destination {
   bootstrap_servers = %s
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/kmirrorbin"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
@@ -28,17 +28,6 @@ import (
 
 // kmirrorBin returns the kmirror binary the agent processes run.
 func kmirrorBin(t testing.TB) string { return kmirrorbin.Path(t) }
-
-// freeLoopbackAddr returns 127.0.0.1:PORT with a port free a moment ago.
-func freeLoopbackAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("finding a free port: %v", err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // agentMirror is one mirror block of an agent config.
 type agentMirror struct {
@@ -75,7 +64,7 @@ func writeAgentConfigWith(t testing.TB, dst *devcluster.Cluster, extra string, m
 		}
 		return "[" + strings.Join(q, ", ") + "]"
 	}
-	s := agentSetup{Dir: t.TempDir(), Listen: freeLoopbackAddr(t)}
+	s := agentSetup{Dir: t.TempDir(), Listen: devclustertest.FreeAddr(t)}
 	s.Path = filepath.Join(s.Dir, "agent.hcl")
 	var b strings.Builder
 	fmt.Fprintf(&b, "destination {\n  bootstrap_servers = %s\n}\n", quote(dst.Bootstrap()))

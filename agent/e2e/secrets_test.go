@@ -85,7 +85,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	props := write("kafka.properties", "# the source's credentials\nsasl.password="+sec["file password"]+"\n")
 	dstProps := write("dst.properties", "password = "+sec["destination file password"]+"\n")
 
-	setup := agentSetup{Dir: dir, Listen: freeLoopbackAddr(t), Path: filepath.Join(dir, "agent.hcl")}
+	setup := agentSetup{Dir: dir, Listen: devclustertest.FreeAddr(t), Path: filepath.Join(dir, "agent.hcl")}
 	// The destination's password comes from a properties file ($${} is
 	// HCL's escape for ${}); the literal destination password of the
 	// unused user is in the config too, to be searched for in the logs.
@@ -360,7 +360,7 @@ func testSecretsNeverLeakSASL(t *testing.T, e engine) {
 	keyFile := write("secret.key", keyHex+"\n")
 	props := write("kafka.properties", "# the source's credentials\nsasl.password="+sec["file password"]+"\n")
 	dstProps := write("dst.properties", "password = "+agentPass+"\n")
-	setup := agentSetup{Dir: dir, Listen: freeLoopbackAddr(t), Path: filepath.Join(dir, "agent.hcl")}
+	setup := agentSetup{Dir: dir, Listen: devclustertest.FreeAddr(t), Path: filepath.Join(dir, "agent.hcl")}
 	write("agent.hcl", fmt.Sprintf(`
 destination {
   bootstrap_servers = %s

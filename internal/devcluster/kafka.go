@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -191,27 +192,29 @@ func startKafka(cfg config) (*Cluster, error) {
 	}
 	c.auth = auth
 
-	if err := e.layout(cfg); err != nil {
-		return nil, err
-	}
-	for _, n := range e.nodes {
-		c.bootstrap = append(c.bootstrap, net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port)))
-	}
-	for _, n := range e.nodes {
-		if err := e.writeNodeConfig(cfg, n, auth, tlsPEM); err != nil {
+	// Ports are chosen before the JVMs bind them, seconds later; another
+	// process on the machine may bind one in between. A start that failed on
+	// a port it chose itself is tried again on other ports.
+	for attempt := 1; ; attempt++ {
+		chosen, err := e.layout(cfg)
+		if err != nil {
 			return nil, err
 		}
-	}
-	if err := e.format(cfg, auth); err != nil {
-		return nil, err
-	}
-	for _, n := range e.nodes {
-		if err := e.startNode(n, cfg); err != nil {
+		if portsLaidOut != nil {
+			portsLaidOut(e, attempt)
+		}
+		err = c.startNodes(cfg, auth, tlsPEM)
+		if err == nil {
+			break
+		}
+		if attempt == portAttempts || !chosen || !e.portClash() {
 			return nil, err
 		}
-	}
-	if err := c.waitKafkaReady(); err != nil {
-		return nil, err
+		cfg.logger.Debug("kafka cluster: a port was taken before its broker bound it; starting again on other ports",
+			"name", cfg.name, "attempt", attempt, "err", err)
+		if err := e.reset(); err != nil {
+			return nil, err
+		}
 	}
 	if err := c.seedTopics(cfg.seeds); err != nil {
 		return nil, err
@@ -222,9 +225,69 @@ func startKafka(cfg config) (*Cluster, error) {
 	return c, nil
 }
 
+// portsLaidOut, when set by a test, runs after each layout, before any JVM
+// binds its ports.
+var portsLaidOut func(e *kafkaEngine, attempt int)
+
+// portAttempts bounds the starts of a cluster whose chosen ports were
+// taken by another process before its brokers bound them.
+const portAttempts = 3
+
+// startNodes writes each node's configuration, formats its storage and
+// starts it, then waits until every broker is registered.
+func (c *Cluster) startNodes(cfg config, auth *internalAuth, tlsPEM *pemPair) error {
+	e := c.kafka
+	c.bootstrap = c.bootstrap[:0]
+	for _, n := range e.nodes {
+		c.bootstrap = append(c.bootstrap, net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port)))
+	}
+	for _, n := range e.nodes {
+		if err := e.writeNodeConfig(cfg, n, auth, tlsPEM); err != nil {
+			return err
+		}
+	}
+	if err := e.format(cfg, auth); err != nil {
+		return err
+	}
+	for _, n := range e.nodes {
+		if err := e.startNode(n, cfg); err != nil {
+			return err
+		}
+	}
+	return c.waitKafkaReady()
+}
+
+// portClash says whether a node failed to bind a listener port.
+func (e *kafkaEngine) portClash() bool {
+	for _, n := range e.nodes {
+		if strings.Contains(n.logTail(), "Address already in use") {
+			return true
+		}
+	}
+	return false
+}
+
+// reset stops every node and removes what layout and format wrote, so that
+// a fresh cluster can be laid out again on other ports.
+func (e *kafkaEngine) reset() error {
+	for _, n := range e.nodes {
+		n.stop(true, 0)
+		if err := os.RemoveAll(n.dir); err != nil {
+			return fmt.Errorf("devcluster: %w", err)
+		}
+	}
+	e.nodes = nil
+	if err := os.Remove(filepath.Join(e.root, "ports.txt")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("devcluster: %w", err)
+	}
+	return nil
+}
+
 // layout picks each node's ports and directory. Ports are kept in
 // ports.txt under DataDir, so a restarted cluster listens where it did.
-func (e *kafkaEngine) layout(cfg config) error {
+// chosen says whether layout picked every port itself (none from FirstPort
+// or ports.txt), so that a start may be tried again on others.
+func (e *kafkaEngine) layout(cfg config) (chosen bool, err error) {
 	saved := map[int][3]int{}
 	portsFile := filepath.Join(e.root, "ports.txt")
 	if b, err := os.ReadFile(portsFile); err == nil {
@@ -244,6 +307,7 @@ func (e *kafkaEngine) layout(cfg config) error {
 			ln.Close()
 		}
 	}()
+	chosen = cfg.firstPort == 0 && len(saved) == 0
 	for i := range cfg.brokers {
 		n := &kafkaNode{id: i + 1, dir: filepath.Join(e.root, fmt.Sprintf("broker-%d", i+1))}
 		n.props = filepath.Join(n.dir, "server.properties")
@@ -259,29 +323,73 @@ func (e *kafkaEngine) layout(cfg config) error {
 		}
 		if n.port != 0 {
 			if err := portFree(n.port); err != nil {
-				return err
+				return false, err
 			}
 		}
 		for _, p := range []*int{&n.port, &n.internal, &n.controller} {
 			if *p == 0 {
-				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				ln, err := listenQuietPort()
 				if err != nil {
-					return fmt.Errorf("devcluster: picking a port: %w", err)
+					return false, fmt.Errorf("devcluster: picking a port: %w", err)
 				}
 				held = append(held, ln)
 				*p = ln.Addr().(*net.TCPAddr).Port
 			}
 		}
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
-			return fmt.Errorf("devcluster: %w", err)
+			return false, fmt.Errorf("devcluster: %w", err)
 		}
 		e.nodes = append(e.nodes, n)
 		lines = append(lines, fmt.Sprintf("%d %d %d %d", n.id, n.port, n.internal, n.controller))
 	}
 	if err := os.WriteFile(portsFile, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
-		return fmt.Errorf("devcluster: %w", err)
+		return false, fmt.Errorf("devcluster: %w", err)
 	}
-	return nil
+	return chosen, nil
+}
+
+// listenQuietPort listens on a free loopback port below the kernel's
+// ephemeral range, falling back to any free port. A port picked from the
+// ephemeral range (port 0) is free only until the broker JVM binds it, and
+// every outgoing connection on the machine draws its local port from that
+// range: under a full test run one did take a controller's port (CI).
+func listenQuietPort() (net.Listener, error) {
+	lo, hi := quietPortRange()
+	if hi-lo >= 1000 {
+		for range 50 {
+			port := lo + rand.IntN(hi-lo)
+			if ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+				return ln, nil
+			}
+		}
+	}
+	return net.Listen("tcp", "127.0.0.1:0")
+}
+
+// FreeAddr returns 127.0.0.1:PORT with a port that was free a moment ago,
+// drawn as the Kafka engine draws its brokers' ports (listenQuietPort), for
+// a process that binds it later (an agent started by a test).
+func FreeAddr() (string, error) {
+	ln, err := listenQuietPort()
+	if err != nil {
+		return "", fmt.Errorf("devcluster: finding a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// quietPortRange is the range listenQuietPort draws from: the 12,000 ports
+// below the ephemeral range (ip_local_port_range), never below 10000.
+func quietPortRange() (lo, hi int) {
+	eph := 32768 // Linux's default start of the ephemeral range
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				eph = v
+			}
+		}
+	}
+	return max(10000, eph-12000), eph
 }
 
 // portFree reports a client port something else holds as PortInUseError,

@@ -3,6 +3,7 @@ package devcluster
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -263,5 +264,57 @@ func TestKafkaEngineVersions(t *testing.T) {
 				t.Fatalf("transaction.version %d, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestKafkaPortTakenBeforeBind takes a controller port the engine chose in
+// the moment before its broker binds it, as another process on a busy
+// machine did once (CI): the cluster starts on other ports.
+func TestKafkaPortTakenBeforeBind(t *testing.T) {
+	var taken net.Listener
+	portsLaidOut = func(e *kafkaEngine, attempt int) {
+		if attempt != 1 {
+			return
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(e.nodes[0].controller)))
+		if err != nil {
+			t.Errorf("taking the chosen controller port: %v", err)
+			return
+		}
+		taken = ln
+	}
+	t.Cleanup(func() {
+		portsLaidOut = nil
+		if taken != nil {
+			taken.Close()
+		}
+	})
+	c := startKafkaT(t, Name("clash"))
+	if taken == nil {
+		t.Fatal("the test did not take a port")
+	}
+	busy := taken.Addr().(*net.TCPAddr).Port
+	for _, n := range c.kafka.nodes {
+		if n.controller == busy || n.port == busy || n.internal == busy {
+			t.Fatalf("a broker listens on port %d, which the test holds", busy)
+		}
+	}
+	if _, err := c.registeredBrokers(); err != nil {
+		t.Fatalf("the cluster started on other ports does not answer: %v", err)
+	}
+}
+
+func TestQuietPorts(t *testing.T) {
+	lo, hi := quietPortRange()
+	for range 20 {
+		ln, err := listenQuietPort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if p < lo || p >= hi {
+			t.Fatalf("port %d is outside [%d, %d), below the ephemeral range", p, lo, hi)
+		}
 	}
 }

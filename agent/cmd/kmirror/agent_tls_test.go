@@ -95,7 +95,7 @@ log_level = "error"
 	t.Setenv("KMIRROR_CLIENT_CA_FILE", a.caFile)
 	t.Setenv("KMIRROR_SECRET_KEY_FILE", write("secret.key", []byte(strings.Repeat("5a", 32))))
 
-	addr := freeAddr(t)
+	addr := devclustertest.FreeAddr(t)
 	a.base = "https://" + addr
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

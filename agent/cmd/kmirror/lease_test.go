@@ -22,7 +22,7 @@ type inProcessAgent struct {
 
 func startInProcessAgent(t *testing.T, args ...string) *inProcessAgent {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := devclustertest.FreeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &inProcessAgent{base: "http://" + addr, cancel: cancel, done: make(chan error, 1)}
 	go func() { a.done <- runAgent(ctx, append([]string{"--listen", addr, "--log-level", "error"}, args...)) }()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,16 +13,6 @@ import (
 	"github.com/kmirror/kmirror/internal/devcluster"
 	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 )
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // TestAgentMetrics runs `kmirror agent` in-process with a token file and
 // --metrics-listen: the metrics address serves /metrics without a token
@@ -39,7 +28,7 @@ func TestAgentMetrics(t *testing.T) {
 	if err := os.WriteFile(tokFile, []byte("tok-1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	metricsAddr := freeAddr(t)
+	metricsAddr := devclustertest.FreeAddr(t)
 	a := startInProcessAgent(t, "--destination-bootstrap", dst.BootstrapString(), "--token-file", tokFile, "--metrics-listen", metricsAddr)
 	get := func(url, tok string) (int, string) {
 		req, _ := http.NewRequest("GET", url, nil)

@@ -38,6 +38,17 @@ func Start(t testing.TB, opts ...devcluster.Option) *devcluster.Cluster {
 	return c
 }
 
+// FreeAddr returns 127.0.0.1:PORT with a port that was free a moment ago
+// (devcluster.FreeAddr), for a process the test starts later.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	addr, err := devcluster.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
 // Writer returns a writer that sends each line to tb.Log until the test
 // ends: goroutines (kfake's, an agent's) can still log after it, when t.Log
 // panics. Loggers of other test harnesses use it too.
