@@ -118,6 +118,12 @@ type Options struct {
 	// later start, that is a KindLogStart mismatch and the comparison
 	// begins at the later start (see KeyAware for compacted topics).
 	To int64
+	// PartitionTo is a per-partition To: an entry bounds its partition
+	// instead of To, and an entry at or below From compares nothing there
+	// (a partition with nothing mirrored). kmirror verify
+	// --to-last-mirrored fills it with each stopped partition's last
+	// mirrored offset + 1, so that writes after a failover are left out.
+	PartitionTo map[int32]int64
 	// Isolation lists the levels to check; nil means read_uncommitted then
 	// read_committed. Each level reads both logs once.
 	Isolation []Isolation
@@ -396,9 +402,13 @@ func (c *partitionCompare) run(ctx context.Context) (PartitionReport, error) {
 
 	// limit clips a log end to the requested range, so that logs that
 	// differ only outside [From, To) compare equal.
+	to, bounded := c.opts.To, c.opts.To > 0
+	if v, ok := c.opts.PartitionTo[c.p]; ok {
+		to, bounded = v, true
+	}
 	limit := func(end int64) int64 {
-		if c.opts.To > 0 && c.opts.To < end {
-			end = c.opts.To
+		if bounded && to < end {
+			end = to
 		}
 		return max(end, c.opts.From)
 	}
@@ -410,7 +420,7 @@ func (c *partitionCompare) run(ctx context.Context) (PartitionReport, error) {
 		// Read from the earlier log start: the records only one side
 		// still has must each be superseded.
 		start = max(c.opts.From, loStart)
-	} else if so.LogStart != do.LogStart && c.opts.From < hiStart && (c.opts.To <= 0 || loStart < c.opts.To) {
+	} else if so.LogStart != do.LogStart && c.opts.From < hiStart && (!bounded || loStart < to) {
 		c.mismatch(Mismatch{Offset: loStart, Kind: KindLogStart,
 			Source:      fmt.Sprintf("log starts at %d", so.LogStart),
 			Destination: fmt.Sprintf("log starts at %d", do.LogStart)})

@@ -387,6 +387,53 @@ func TestCompare(t *testing.T) {
 			},
 		},
 		{
+			name: "writes after the last mirrored offset left out (PartitionTo)",
+			src: func(t *testing.T, c *cluster) {
+				c.produce(t, append(recs(0, 4), with(4, func(r *kgo.Record) { r.Value = []byte("source only") }))...)
+			},
+			dst: func(t *testing.T, c *cluster) {
+				c.produce(t, append(recs(0, 4), with(4, func(r *kgo.Record) { r.Value = []byte("after failover") }), rec(5))...)
+			},
+			opts: verify.Options{PartitionTo: map[int32]int64{0: 4}, To: 6},
+			check: func(t *testing.T, r verify.Report) {
+				for _, p := range r.Partitions {
+					if p.To != 4 || p.Compared != 4 {
+						t.Errorf("%s: compared %d over [%d, %d), want 4 over [0, 4)", p.Isolation, p.Compared, p.From, p.To)
+					}
+				}
+			},
+		},
+		{
+			name:       "PartitionTo bounds only its partition",
+			partitions: 2,
+			src: func(t *testing.T, c *cluster) {
+				c.produce(t, onPartition(0, recs(0, 5)...)...)
+				c.produce(t, onPartition(1, recs(0, 5)...)...)
+			},
+			dst: func(t *testing.T, c *cluster) {
+				for p := range int32(2) {
+					c.produce(t, onPartition(p, append(recs(0, 3), with(3, func(r *kgo.Record) { r.Value = []byte("after failover") }), rec(4))...)...)
+				}
+			},
+			opts: verify.Options{PartitionTo: map[int32]int64{1: 3}},
+			want: both(0, 3, verify.KindValue),
+		},
+		{
+			name: "PartitionTo at From compares nothing (nothing mirrored)",
+			src:  func(t *testing.T, c *cluster) { c.produce(t, recs(0, 2)...) },
+			dst: func(t *testing.T, c *cluster) {
+				c.produce(t, with(0, func(r *kgo.Record) { r.Value = []byte("written after failover") }))
+			},
+			opts: verify.Options{PartitionTo: map[int32]int64{0: 0}},
+			check: func(t *testing.T, r verify.Report) {
+				for _, p := range r.Partitions {
+					if p.Compared != 0 || p.To != 0 {
+						t.Errorf("%s: compared %d over [%d, %d), want nothing", p.Isolation, p.Compared, p.From, p.To)
+					}
+				}
+			},
+		},
+		{
 			name: "ends differ past To",
 			src:  func(t *testing.T, c *cluster) { c.produce(t, recs(0, 5)...) },
 			dst:  func(t *testing.T, c *cluster) { c.produce(t, recs(0, 4)...) },

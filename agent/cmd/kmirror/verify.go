@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -121,6 +122,8 @@ func verifyCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	allowLag := fs.Bool("allow-lag", false, "accept a destination that ends before the source (a mirror catching up)")
 	maxMismatches := fs.Int("max-mismatches", verify.DefaultMaxMismatches, "mismatches to print (0 = all); all are counted")
 	output := fs.String("output", "text", "text or json")
+	toLMO := fs.String("to-last-mirrored", "", "MIRROR: compare each partition of the stopped topic up to its last mirrored offset in MIRROR, read from the agent (--agent); what either side took after the failover is left out")
+	addr, token := agentFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -155,6 +158,8 @@ func verifyCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return usageError("--to %d: use an offset above --from, or 0 for no bound", *to)
 	case *to > 0 && *to <= *from:
 		return usageError("--to %d must be above --from %d", *to, *from)
+	case *to > 0 && *toLMO != "":
+		return usageError("--to and --to-last-mirrored both bound the range: give one")
 	case *maxMismatches < 0:
 		return usageError("--max-mismatches %d: use 0 (all) or more", *maxMismatches)
 	case *output != "text" && *output != "json":
@@ -173,6 +178,11 @@ func verifyCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	opts.MaxMismatches = *maxMismatches
 	if opts.MaxMismatches == 0 {
 		opts.MaxMismatches = -1 // verify: negative keeps all
+	}
+	if *toLMO != "" {
+		if err := boundToLastMirrored(ctx, newClient(*addr, *token), *toLMO, &opts); err != nil {
+			return err
+		}
 	}
 
 	srcCl, err := kgo.NewClient(srcOpts...)
@@ -205,6 +215,45 @@ func verifyCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if !rep.OK() {
 		return &exitStatus{Code: 1} // the report says what differs
 	}
+	return nil
+}
+
+// boundToLastMirrored bounds each partition of opts.Topic to its last
+// mirrored offset + 1 in mirror, as the agent reports it, and limits the
+// comparison to the partitions the mirror has (of those asked for). Every
+// one must be STOPPED: a topic still mirroring has no fixed last offset.
+func boundToLastMirrored(ctx context.Context, cl *mirrorapi.Client, mirror string, opts *verify.Options) error {
+	offs, err := cl.Offsets(ctx, mirror, opts.Topic)
+	if err != nil {
+		return fmt.Errorf("--to-last-mirrored %s: reading the last mirrored offsets from the agent: %w", mirror, err)
+	}
+	var parts []mirrorapi.PartitionOffsets
+	for _, t := range offs.Topics {
+		if t.Name == opts.Topic {
+			parts = t.Partitions
+		}
+	}
+	if len(parts) == 0 {
+		return usageError("--to-last-mirrored %s: the mirror has no topic %q (kmirror offsets --mirror %s lists its topics)", mirror, opts.Topic, mirror)
+	}
+	bounds := map[int32]int64{}
+	for _, p := range parts {
+		if opts.Partitions != nil && !slices.Contains(opts.Partitions, p.Partition) {
+			continue
+		}
+		if p.State != mirrorapi.StateStopped {
+			return usageError("--to-last-mirrored %s: partition %d of %s is %s, and only a stopped partition's last mirrored offset is final: "+
+				"stop the topic first (kmirror stop), or compare a topic still mirroring with --allow-lag", mirror, p.Partition, opts.Topic, p.State)
+		}
+		bounds[p.Partition] = p.LastMirroredOffset + 1
+	}
+	for _, p := range opts.Partitions {
+		if _, ok := bounds[p]; !ok {
+			return usageError("--partition %d: mirror %s has no partition %d of %s", p, mirror, p, opts.Topic)
+		}
+	}
+	opts.PartitionTo = bounds
+	opts.Partitions = slices.Sorted(maps.Keys(bounds))
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"testing"
@@ -14,9 +15,12 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kmirror/kmirror/agent/api"
+	"github.com/kmirror/kmirror/agent/coordinator"
 	"github.com/kmirror/kmirror/internal/devcluster"
 	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/kmirrorbin"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
 // verifyFixture is two dev clusters holding topic "same" (two partitions,
@@ -294,5 +298,62 @@ func TestPartitionList(t *testing.T) {
 	}
 	if got := p.String(); got != "3,1,2,0" {
 		t.Errorf("String() = %q, want 3,1,2,0 (duplicates dropped)", got)
+	}
+}
+
+// lmoBackend answers describe with one mirror "dr" whose topic "differ"
+// has partition 0 in state with last mirrored offset lmo.
+type lmoBackend struct {
+	api.Backend
+	state mirrorapi.State
+	lmo   int64
+}
+
+func (lmoBackend) Running() bool { return true }
+
+func (b lmoBackend) Describe() []coordinator.MirrorStatus {
+	return []coordinator.MirrorStatus{{Name: "dr", Topics: []mirrorapi.Topic{{Name: "differ", Partitions: []mirrorapi.Partition{
+		{Mirror: "dr", Topic: "differ", Partition: 0, State: b.state, LastMirrored: b.lmo},
+	}}}}}
+}
+
+// TestVerifyToLastMirrored: the fixture's "differ" differs at offset 3, as
+// a destination written after a failover at last mirrored offset 2 does.
+// --to-last-mirrored compares offsets 0-2 only and passes; a partition not
+// stopped, a topic the mirror lacks and --to with it are refused (exit 2).
+func TestVerifyToLastMirrored(t *testing.T) {
+	f := newVerifyFixture(t)
+	run := func(b lmoBackend, extra ...string) (string, error) {
+		srv := httptest.NewServer(api.Handler(b, api.Options{}))
+		defer srv.Close()
+		var out, errOut bytes.Buffer
+		err := verifyCommand(context.Background(), f.args("differ", append([]string{"--agent", srv.URL}, extra...)...), &out, &errOut)
+		return out.String(), err
+	}
+	out, err := run(lmoBackend{state: mirrorapi.StateStopped, lmo: 2}, "--to-last-mirrored", "dr")
+	if err != nil {
+		t.Fatalf("verify --to-last-mirrored: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "read_committed    0          [0, 3)  3") {
+		t.Errorf("want offsets [0, 3) compared:\n%s", out)
+	}
+	// Without the bound the records written after offset 2 differ.
+	if _, err := run(lmoBackend{state: mirrorapi.StateStopped, lmo: 2}); err == nil {
+		t.Error("verify without --to-last-mirrored passed; the fixture differs at offset 3")
+	}
+	for _, tc := range []struct {
+		b    lmoBackend
+		args []string
+		want string
+	}{
+		{lmoBackend{state: mirrorapi.StateMirroring, lmo: 2}, []string{"--to-last-mirrored", "dr"}, "partition 0 of differ is MIRRORING"},
+		{lmoBackend{state: mirrorapi.StateStopped, lmo: 2}, []string{"--to-last-mirrored", "dr", "--to", "2"}, "give one"},
+		{lmoBackend{state: mirrorapi.StateStopped, lmo: 2}, []string{"--to-last-mirrored", "dr", "--partition", "1"}, "mirror dr has no partition 1"},
+		{lmoBackend{state: mirrorapi.StateStopped, lmo: 2}, []string{"--to-last-mirrored", "nope"}, "MIRROR_NOT_FOUND"},
+	} {
+		_, err := run(tc.b, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one saying %q", tc.args, err, tc.want)
+		}
 	}
 }
