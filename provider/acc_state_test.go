@@ -626,3 +626,109 @@ resource "kafka_mirror_throttle" "dr" {
 		},
 	})
 }
+
+// TestAccMirrorTopic_recoverRecreate: a foreign write on the destination
+// fails partition 0 (FOREIGN_WRITE); the plan shows the recovery, a plain
+// recover fails again saying what clears it, and applying it with
+// recreate = true deletes the destination topic and mirrors it whole: the
+// foreign record is gone and both partitions end where the source does.
+func TestAccMirrorTopic_recoverRecreate(t *testing.T) {
+	e := newAccEnv(t)
+	ctx := context.Background()
+	const topic = "kafka_mirror_topic.orders"
+	foreignWrite := func() {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(e.dst.Bootstrap()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "orders", Partition: 0, Value: []byte("foreign")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		e.produce(t, "orders", 0, 2)
+		eventually(t, "partition 0 failed by the foreign write", func() (bool, string) {
+			m, err := e.cl.Mirror(ctx, "dr")
+			if err != nil {
+				return false, err.Error()
+			}
+			tp, _ := findTopic(m, "orders")
+			for _, p := range tp.Partitions {
+				if p.Partition == 0 {
+					return p.State == mirrorapi.StateFailed && p.ReasonCode == reason.ForeignWrite, fmt.Sprintf("%s %s %s", p.State, p.ReasonCode, p.Reason)
+				}
+			}
+			return false, fmt.Sprintf("no partition 0: %+v", tp)
+		})
+	}
+	withRecreate := func(v bool) string {
+		return regexp.MustCompile(`(topic  = "orders")`).ReplaceAllString(e.stateConfig("", ""), fmt.Sprintf("$1\n  recreate = %t", v))
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: accFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: e.stateConfig("", ""),
+				PostApplyFunc: func() {
+					e.produce(t, "orders", 0, 3)
+					e.produce(t, "orders", 1, 2)
+					e.waitMirrored(t, "dr", "orders", map[int32]int64{0: 3, 1: 2})
+				},
+			},
+			driftToMirroring(topic, e.stateConfig("", ""), foreignWrite),
+			{
+				// A plain recover (the plan warned) fails again, saying
+				// what clears it.
+				Config:      e.stateConfig("", ""),
+				ExpectError: regexp.MustCompile(`(?s)Partition 0 failed:.*recreate = true`),
+			},
+			{
+				Config: withRecreate(true),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(topic, plancheck.ResourceActionUpdate),
+				}},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(topic, tfjsonpath.New("state"), knownvalue.StringExact("mirroring")),
+					statecheck.ExpectKnownValue(topic, tfjsonpath.New("reason_code"), knownvalue.StringExact("")),
+				},
+				Check: func(*terraform.State) error {
+					e.waitMirrored(t, "dr", "orders", map[int32]int64{0: 5, 1: 2})
+					return e.noForeignRecord("orders", 0, 5)
+				},
+			},
+			{
+				Config: withRecreate(false),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(topic, plancheck.ResourceActionUpdate),
+					plancheck.ExpectKnownValue(topic, tfjsonpath.New("state"), knownvalue.StringExact("mirroring")),
+				}},
+			},
+		},
+	})
+}
+
+// noForeignRecord reads the first n records of the destination's topic
+// partition and fails if one is not the source's (value "v<i>").
+func (e *accEnv) noForeignRecord(topic string, partition int32, n int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.dst.Bootstrap()...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().AtStart()}}))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var got []*kgo.Record
+	for len(got) < n {
+		fs := cl.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			return fmt.Errorf("reading destination %s/%d after %d records: %w", topic, partition, len(got), err)
+		}
+		got = append(got, fs.Records()...)
+	}
+	for _, r := range got {
+		if string(r.Value) == "foreign" {
+			return fmt.Errorf("destination %s/%d still holds the foreign record at offset %d", topic, partition, r.Offset)
+		}
+	}
+	return nil
+}

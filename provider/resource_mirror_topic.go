@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -154,9 +155,14 @@ func (r *mirrorTopicResource) Schema(ctx context.Context, _ resource.SchemaReque
 			},
 			"recreate": schema.BoolAttribute{
 				Optional: true,
-				Description: "With `failback`: when the destination (the old source) took records after the last mirrored offset, copy " +
-					"them to a side topic `TOPIC.kmirror-divergent-<unix time>` (see `divergent_topic`), delete the topic and mirror it " +
-					"whole. Only used when the resource is created with `failback = true`.",
+				Description: "Allows the agent to delete the destination topic and mirror it again whole, from the source's log start, " +
+					"where resuming cannot keep offsets identical. **Recovery**: when the topic is `failed` and `state` is `mirroring`, " +
+					"apply recovers it with `kmirror recover --recreate` instead of a plain recover; use it when `reason_code` is one a " +
+					"plain recover cannot clear (`FOREIGN_WRITE`, `DESTINATION_TOPIC_RECREATED`, `DESTINATION_LOST_RECORDS`, " +
+					"`DESTINATION_AHEAD`, `SOURCE_TOPIC_RECREATED`), and set it back to false once the topic mirrors again. The plan " +
+					"warns before it deletes anything. **Failback** (with `failback = true`, at creation): when the destination (the old " +
+					"source) took records after the last mirrored offset, copy them to a side topic `TOPIC.kmirror-divergent-<unix time>` " +
+					"(see `divergent_topic`), delete the topic and mirror it whole.",
 			},
 			// Computed attributes
 			"divergent_topic": schema.StringAttribute{
@@ -264,11 +270,6 @@ func (r *mirrorTopicResource) ModifyPlan(ctx context.Context, req resource.Modif
 	}
 	to := plan.State.ValueString()
 	if req.State.Raw.IsNull() {
-		if plan.Recreate.ValueBool() && !plan.Failback.ValueBool() && !plan.Failback.IsUnknown() {
-			resp.Diagnostics.AddAttributeError(path.Root("recreate"), "recreate without failback",
-				"recreate only applies to a failback: set failback = true as well, or leave recreate out. "+
-					"To recreate the destination of a failed topic, use kmirror recover --recreate.")
-		}
 		if terminal(to) {
 			resp.Diagnostics.AddAttributeError(path.Root("state"), fmt.Sprintf("A new mirror topic cannot start %s", to),
 				"A kafka_mirror_topic starts by mirroring: create it with state \"mirroring\" (or \"paused\"), then change "+
@@ -288,6 +289,9 @@ func (r *mirrorTopicResource) ModifyPlan(ctx context.Context, req resource.Modif
 		return // replaced: a new topic
 	}
 	cur := state.State.ValueString()
+	if cur == topicFailed && to == topicMirroring {
+		warnRecovery(&resp.Diagnostics, state, plan.Recreate.ValueBool())
+	}
 	summary, detail := checkTransition(cur, to)
 	if summary == "" {
 		if terminal(to) && !terminal(cur) {
@@ -314,6 +318,32 @@ func (r *mirrorTopicResource) ModifyPlan(ctx context.Context, req resource.Modif
 	resp.Diagnostics.AddAttributeWarning(path.Root("state"), summary+" (it was changed outside Terraform)",
 		fmt.Sprintf("The agent reports topic %q as %s, which this configuration did not ask for. Applying this plan fails. ",
 			state.Topic.ValueString(), cur)+detail)
+}
+
+// recreateCures are the failures of a partition that a plain recover
+// cannot clear, because the destination no longer holds what the source
+// does at the same offsets: only recreating the destination topic can.
+var recreateCures = []reason.Code{reason.ForeignWrite, reason.DestinationTopicRecreated, reason.DestinationLostRecords,
+	reason.DestinationAhead, reason.SourceTopicRecreated, reason.SourceTopicRecreatedRealignFailed, reason.RealignFailed}
+
+// warnRecovery says, in a plan that recovers a failed topic, what apply
+// will do: delete the destination topic (recreate), or a recover that is
+// bound to fail again for the reason the topic reports.
+func warnRecovery(diags *diag.Diagnostics, state mirrorTopicModel, recreate bool) {
+	topic := state.Topic.ValueString()
+	if recreate {
+		diags.AddAttributeWarning(path.Root("recreate"), fmt.Sprintf("Recovering topic %q deletes its destination topic", topic),
+			fmt.Sprintf("recreate = true: apply deletes the destination topic %q (every record on it, and any record written there "+
+				"outside the mirror), creates it again with its configs and mirrors it whole from the source's log start. "+
+				"Consumers of the destination read the same offsets again once it has caught up. Set recreate = false after the apply.", topic))
+		return
+	}
+	if code := reason.Code(state.ReasonCode.ValueString()); slices.Contains(recreateCures, code) {
+		diags.AddAttributeWarning(path.Root("state"), fmt.Sprintf("A plain recover of topic %q will fail again (%s)", topic, code),
+			fmt.Sprintf("The topic failed with %s: %s. Resuming cannot make the destination hold what the source holds at the same "+
+				"offsets. Set recreate = true to delete the destination topic and mirror it again whole, or state = \"stopped\" to fail over.",
+				code, state.Reason.ValueString()))
+	}
 }
 
 // checkNewTopic refuses at plan time a topic the agent would refuse at
@@ -637,7 +667,7 @@ func (r *mirrorTopicResource) Update(ctx context.Context, req resource.UpdateReq
 			resp.Diagnostics.AddAttributeError(path.Root("state"), summary, detail)
 			return
 		}
-		if err := r.apply(ctx, mirror, topic, cur, to); err != nil {
+		if err := r.apply(ctx, mirror, topic, cur, to, plan.Recreate.ValueBool()); err != nil {
 			addAgentError(&resp.Diagnostics, r.client, fmt.Sprintf("Changing topic %q of mirror %q from %s to %s", topic, mirror, from, to), err)
 			return
 		}
@@ -659,12 +689,12 @@ func (r *mirrorTopicResource) Update(ctx context.Context, req resource.UpdateReq
 
 // apply calls the agent's operation that moves topic from state from to
 // state to.
-func (r *mirrorTopicResource) apply(ctx context.Context, mirror, topic, from, to string) error {
+func (r *mirrorTopicResource) apply(ctx context.Context, mirror, topic, from, to string, recreate bool) error {
 	topics := []string{topic}
 	switch to {
 	case topicMirroring:
 		if from == topicFailed {
-			return r.client.RecoverTopics(ctx, mirror, topics)
+			return r.client.RecoverTopicsWith(ctx, mirror, mirrorapi.TopicsRequest{Topics: topics, Recreate: recreate})
 		}
 		return r.client.ResumeTopics(ctx, mirror, topics)
 	case topicPaused:
@@ -730,7 +760,8 @@ func stuck(t mirrorapi.Topic, state string) string {
 	for _, p := range t.Partitions {
 		switch {
 		case p.State == mirrorapi.StateFailed && state != topicStopped:
-			return fmt.Sprintf("Partition %d failed: %s. Set state to \"mirroring\" to recover it, or to \"stopped\" to fail over.", p.Partition, p.Reason)
+			return fmt.Sprintf("Partition %d failed: %s. Set state to \"mirroring\" to recover it (with recreate = true when the "+
+				"destination must be mirrored again whole), or to \"stopped\" to fail over.", p.Partition, p.Reason)
 		case state == topicPromoted && p.State == mirrorapi.StateMirroring && p.ReasonCode == reason.PromoteTimedOut:
 			return fmt.Sprintf("Partition %d: %s. Run terraform apply again to retry the promote, or set state to \"stopped\" to fail over at once.", p.Partition, p.Reason)
 		case state == topicPromoted && p.State == mirrorapi.StateStopped && p.StopMode == mirrorapi.StopModeFailover:

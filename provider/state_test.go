@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-go/tftypes"
 
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/reason"
 )
 
 func TestTopicState(t *testing.T) {
@@ -67,8 +69,8 @@ func TestCheckTransition(t *testing.T) {
 }
 
 // TestFailbackPlan: the plan-time message for a stopped topic points to a
-// kafka_mirror_topic with failback = true, and recreate without failback is
-// refused when the topic is planned.
+// kafka_mirror_topic with failback = true; recreate without failback is
+// accepted (it is for a later recovery).
 func TestFailbackPlan(t *testing.T) {
 	for _, from := range []string{topicStopped, topicPromoted} {
 		_, detail := checkTransition(from, topicMirroring)
@@ -96,8 +98,8 @@ func TestFailbackPlan(t *testing.T) {
 	}{
 		{"failback", map[string]tftypes.Value{"failback": boolean(true)}, ""},
 		{"failback with recreate", map[string]tftypes.Value{"failback": boolean(true), "recreate": boolean(true)}, ""},
-		{"recreate alone", map[string]tftypes.Value{"recreate": boolean(true)}, "recreate only applies to a failback: set failback = true"},
-		{"recreate, failback false", map[string]tftypes.Value{"failback": boolean(false), "recreate": boolean(true)}, "recreate only applies to a failback"},
+		{"recreate alone", map[string]tftypes.Value{"recreate": boolean(true)}, ""},
+		{"recreate, failback false", map[string]tftypes.Value{"failback": boolean(false), "recreate": boolean(true)}, ""},
 	} {
 		vals := map[string]tftypes.Value{"mirror": str("back"), "topic": str("orders"), "state": str(topicMirroring)}
 		for k, v := range c.vals {
@@ -106,6 +108,51 @@ func TestFailbackPlan(t *testing.T) {
 		cfg := config(t, sch, vals)
 		resp, err := s.PlanResourceChange(ctx, &tfprotov6.PlanResourceChangeRequest{
 			TypeName: "kafka_mirror_topic", PriorState: &prior, ProposedNewState: cfg, Config: cfg,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := diagText(resp.Diagnostics)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("%s: plan diagnostics %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// TestRecoveryPlan: a plan that recovers a failed topic warns that
+// recreate = true deletes the destination topic, and that a plain recover
+// of a failure only recreate can clear will fail again; a failure a plain
+// recover clears gets no warning.
+func TestRecoveryPlan(t *testing.T) {
+	s := server(t)
+	ctx := context.Background()
+	schemas, err := s.GetProviderSchema(ctx, &tfprotov6.GetProviderSchemaRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sch := schemas.ResourceSchemas["kafka_mirror_topic"]
+	boolean := func(b bool) tftypes.Value { return tftypes.NewValue(tftypes.Bool, b) }
+	for _, c := range []struct {
+		name     string
+		code     reason.Code
+		recreate bool
+		want     string
+	}{
+		{"recreate", reason.ForeignWrite, true, "Recovering topic \"orders\" deletes its destination topic"},
+		{"plain recover of a foreign write", reason.ForeignWrite, false, "A plain recover of topic \"orders\" will fail again (FOREIGN_WRITE)"},
+		{"plain recover of a lasting sequence error", reason.SequenceLasting, false, ""},
+	} {
+		base := map[string]tftypes.Value{"mirror": str("dr"), "topic": str("orders"), "id": str("dr/orders")}
+		with := func(extra map[string]tftypes.Value) map[string]tftypes.Value {
+			out := maps.Clone(base)
+			maps.Copy(out, extra)
+			return out
+		}
+		prior := config(t, sch, with(map[string]tftypes.Value{"state": str(topicFailed), "recreate": boolean(false),
+			"reason_code": str(string(c.code)), "reason": str("partition 0: something went wrong")}))
+		cfg := config(t, sch, with(map[string]tftypes.Value{"state": str(topicMirroring), "recreate": boolean(c.recreate)}))
+		resp, err := s.PlanResourceChange(ctx, &tfprotov6.PlanResourceChangeRequest{
+			TypeName: "kafka_mirror_topic", PriorState: prior, ProposedNewState: cfg, Config: cfg,
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -115,10 +115,11 @@ func (c *Coordinator) RecoverTopics(ctx context.Context, name string, topics []s
 	return c.lifecycle(ctx, name, topics, partition.OpRecover)
 }
 
-// RecoverTopicsWith is RecoverTopics; with recreate, for topics whose
-// partitions are all FAILED, it deletes each destination topic and creates
-// it again with the same partitions and configs, then mirrors it from the
-// source's log start (recreate.go).
+// RecoverTopicsWith is RecoverTopics; with recreate, for topics with a
+// FAILED partition, it halts the topic's other partitions, deletes each
+// destination topic and creates it again with the same partitions and
+// configs, then mirrors every partition from the source's log start
+// (recreate.go).
 func (c *Coordinator) RecoverTopicsWith(ctx context.Context, name string, topics []string, recreate bool) error {
 	op := partition.OpRecover
 	if recreate {
@@ -177,6 +178,18 @@ func (c *Coordinator) lifecycle(ctx context.Context, name string, topics []strin
 		}
 		for _, tp := range tps {
 			from := m.stateOf(tp)
+			if (op == partition.OpRecover || op == partition.OpRecoverRecreate) && states[partition.Failed] && (from == partition.Initializing ||
+				from == partition.Preparing || from == partition.Mirroring || from == partition.Paused) {
+				if op == partition.OpRecoverRecreate {
+					// Recreating deletes the whole destination topic: the
+					// partitions that did not fail are mirrored again with
+					// the failed ones (recreateTopic halts them first).
+					targets = append(targets, target{tp: tp, from: from, to: partition.Initializing})
+				}
+				// A plain recover of a topic clears its failed
+				// partitions and leaves the others as they are.
+				continue
+			}
 			if op == partition.OpStopPromote && from == partition.Stopping && m.stopModeOf(tp) == StopPromote {
 				// Asked again (a terraform apply after its wait timed
 				// out): the promote under way goes on.

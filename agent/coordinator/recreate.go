@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -30,6 +31,17 @@ func (m *mirror) recreateTopic(ctx context.Context, topic string, targets []targ
 		delete(m.recreating, topic)
 		m.mu.Unlock()
 	}()
+	// Partitions of the topic that still mirror write to the topic about
+	// to be deleted: halted first, started again by restartPartition.
+	for _, tg := range targets {
+		if tg.tp.Topic != topic || tg.from == partition.Failed {
+			continue
+		}
+		rp, stop := m.take(tg.tp)
+		if !halt(rp, stop, false, 2*time.Second, 10*time.Second) {
+			return fmt.Errorf("recover with recreate of topic %q: partition %d did not halt within 12s; nothing was deleted, try again", topic, tg.tp.Partition)
+		}
+	}
 	c := m.c
 	tds, err := c.dstAdm.ListTopics(ctx, topic)
 	if err != nil {

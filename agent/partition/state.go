@@ -97,7 +97,8 @@ const stoppedMsg = "a stopped topic is writable on the destination and cannot mi
 //	promote:  INITIALIZING|PREPARING|MIRRORING|PAUSED → STOPPED (via STOPPING, at lag 0)
 //	recover:  FAILED → INITIALIZING (clear the failure, resync, re-align)
 //	recover (recreate): FAILED → INITIALIZING (recreate the destination topic,
-//	          mirror from the source's log start)
+//	          mirror from the source's log start); the coordinator moves the
+//	          topic's other partitions that mirror along with a FAILED one
 //
 // Every refusal says which operations the state allows instead.
 func Transition(from State, op Op) (State, error) {
@@ -174,11 +175,11 @@ func transition(from State, op Op) (State, error) {
 		case Failed:
 			return Initializing, nil
 		case Stopping:
-			return refuse("it is being stopped and becomes writable; recover with recreate applies to topics whose partitions are all FAILED; a stop in progress can only be repeated (mode failover)")
+			return refuse("it is being stopped and becomes writable; recover with recreate applies to topics with a FAILED partition; a stop in progress can only be repeated (mode failover)")
 		case Paused:
-			return refuse("recover with recreate deletes and recreates the whole destination topic, so it applies only when every partition is FAILED; this one is not: resume it, or stop it")
+			return refuse("recover with recreate deletes and recreates the whole destination topic, so it applies only to a topic with a FAILED partition (its other partitions are mirrored again with it); this one has no failure to clear: resume it, or stop it")
 		default:
-			return refuse("recover with recreate deletes and recreates the whole destination topic, so it applies only when every partition is FAILED; this one is not: pause or stop it")
+			return refuse("recover with recreate deletes and recreates the whole destination topic, so it applies only to a topic with a FAILED partition (its other partitions are mirrored again with it); this one has no failure to clear: pause or stop it")
 		}
 	}
 	return refuse("no such transition")

@@ -37,9 +37,9 @@ func TestTransition(t *testing.T) {
 			Stopping: "!failed partitions only", Stopped: "!" + stoppedMsg,
 		},
 		OpRecoverRecreate: {
-			Failed: "INITIALIZING", Initializing: "!every partition is FAILED", Preparing: "!every partition is FAILED",
-			Mirroring: "!every partition is FAILED", Paused: "!every partition is FAILED",
-			Stopping: "!partitions are all FAILED", Stopped: "!" + stoppedMsg,
+			Failed: "INITIALIZING", Initializing: "!a topic with a FAILED partition", Preparing: "!a topic with a FAILED partition",
+			Mirroring: "!a topic with a FAILED partition", Paused: "!a topic with a FAILED partition",
+			Stopping: "!topics with a FAILED partition", Stopped: "!" + stoppedMsg,
 		},
 	}
 	if len(want) != len(Ops) {

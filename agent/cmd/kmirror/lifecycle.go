@@ -57,7 +57,7 @@ func lifecycleVerb(verb string) func(ctx context.Context, args []string) error {
 		}
 		var recreate *bool
 		if verb == "recover" {
-			recreate = fs.Bool("recreate", false, "for topics whose partitions are all FAILED and whose destination cannot be re-aligned: delete and recreate the destination topic (same partitions and configs; its records are lost) and mirror it from the source's log start")
+			recreate = fs.Bool("recreate", false, "for topics with a FAILED partition whose destination cannot be re-aligned: delete and recreate the destination topic (same partitions and configs; its records are lost) and mirror every partition from the source's log start")
 		}
 		wait := fs.Bool("wait", false, "poll describe until every partition of the topics is "+string(lifecycleTarget(verb))+", showing progress")
 		timeout := fs.Duration("timeout", 10*time.Minute, "how long --wait waits")
