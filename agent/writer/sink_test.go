@@ -110,6 +110,10 @@ func start(t *testing.T, opts ...devcluster.Option) *fixture {
 	return &fixture{c: c, cl: cl, w: New(cl, leaders.New(cl)), adm: kadm.NewClient(cl)}
 }
 
+// oneAtATime keeps one request in flight and one batch per partition, so
+// that what follows a held request queues in the sink.
+func (f *fixture) oneAtATime() { f.w.maxInflight, f.w.maxPerPartition = 1, 1 }
+
 func (f *fixture) topic(t *testing.T, name string, partitions int32) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -301,6 +305,7 @@ func TestProduceCoalescesConcurrentPartitions(t *testing.T) {
 // leadership error invalidates the leader cache.
 func TestProduceErrorReachesOnlyItsPartition(t *testing.T) {
 	f := start(t)
+	f.oneAtATime()
 	o := observe(t, f.c, 1)
 	f.topic(t, "t", 4)
 	ctx := context.Background()
@@ -358,6 +363,7 @@ func TestProduceErrorReachesOnlyItsPartition(t *testing.T) {
 // (then it is never sent) or in flight with others' (which still land).
 func TestProduceCancelOneCaller(t *testing.T) {
 	f := start(t)
+	f.oneAtATime()
 	o := observe(t, f.c, 2)
 	f.topic(t, "t", 4)
 	ctx := context.Background()
@@ -397,7 +403,7 @@ func TestProduceCancelOneCaller(t *testing.T) {
 	default:
 	}
 	// The next batch of the cancelled partition waits for the request in
-	// flight: never two requests in flight for one partition.
+	// flight: a window of one batch per partition.
 	next := f.async(ctx, "t", 1, plain(t, 1))
 	f.queued(t, "t", 1)
 	o.releaseReq(1)
@@ -420,6 +426,7 @@ func TestProduceCancelOneCaller(t *testing.T) {
 // to the same broker are coalesced.
 func TestProduceTxnNotCoalesced(t *testing.T) {
 	f := start(t)
+	f.oneAtATime()
 	o := observe(t, f.c, 1)
 	f.topic(t, "t", 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -468,5 +475,133 @@ func TestProduceTxnNotCoalesced(t *testing.T) {
 	}
 	if err := f.w.EndTxn(ctx, "txn", p, true); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// One partition's batches are pipelined: while the first request is held,
+// the next batches of the partition leave in requests of their own, up to
+// the window of 5, and the sixth waits; all land in sequence order.
+func TestProducePipelinesOnePartition(t *testing.T) {
+	f := start(t)
+	f.w.maxInflight = 10 // the partition's window, not the broker's, is the limit here
+	o := observe(t, f.c, 1)
+	f.topic(t, "t", 2)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pid, epoch, err := f.w.InitProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ps []*Pending
+	seqs := map[int32]int32{} // by partition
+	send := func(part int32, n int) *Pending {
+		x, err := f.w.ProduceAsync(ctx, "t", part, batch(t, pid, epoch, seqs[part], 0, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs[part] += int32(n)
+		return x
+	}
+	ps = append(ps, send(0, 2))
+	<-o.held
+	for range 5 {
+		ps = append(ps, send(0, 2))
+	}
+	other := send(1, 1)
+	// Five batches of t/0 are in requests (the window), the sixth waits.
+	f.queued(t, "t", 1)
+	l, err := f.w.meta.Leader(ctx, "t", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := f.w.sink(l.Leader)
+	s.mu.Lock()
+	busy, inflight := s.busy[topicPart{"t", 0}], s.inflight
+	s.mu.Unlock()
+	if busy != 5 || inflight < 6 {
+		t.Fatalf("t/0 has %d batches in %d requests in flight, want 5, and t/1 in a sixth request", busy, inflight)
+	}
+	o.releaseReq(0)
+	for i, x := range ps {
+		off, err := x.Wait(ctx)
+		if err != nil || off != int64(2*i) {
+			t.Fatalf("batch %d of t/0: offset %d, %v; want %d", i, off, err, 2*i)
+		}
+	}
+	if off, err := other.Wait(ctx); err != nil || off != 0 {
+		t.Fatalf("t/1: offset %d, %v", off, err)
+	}
+	reqs, _, dups := o.snapshot()
+	if len(dups) > 0 {
+		t.Errorf("requests with a partition twice: %v", dups)
+	}
+	if len(reqs) < 6 {
+		t.Errorf("%d requests for 6 batches of one partition: %v", len(reqs), reqs)
+	}
+}
+
+// Many partitions, each pipelining its batches from one goroutine with a
+// window of 5, over two brokers: requests issued from several goroutines
+// reach each broker in order, so no batch is refused out of sequence and
+// every batch lands where its sequence says.
+func TestProducePipelinedInOrder(t *testing.T) {
+	f := start(t, devcluster.Brokers(2))
+	const parts, batches = 12, 60
+	f.topic(t, "t", parts)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pid, epoch, err := f.w.InitProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, parts)
+	var wg sync.WaitGroup
+	for p := range int32(parts) {
+		wg.Go(func() {
+			var (
+				seq    int32
+				next   int64
+				window []*Pending
+				wants  []int64
+			)
+			reap := func() error {
+				off, err := window[0].Wait(ctx)
+				if err != nil {
+					return fmt.Errorf("t/%d batch at %d: %w", p, wants[0], err)
+				}
+				if off != wants[0] {
+					return fmt.Errorf("t/%d: batch landed at %d, want %d", p, off, wants[0])
+				}
+				window, wants = window[1:], wants[1:]
+				return nil
+			}
+			for i := range batches {
+				n := 1 + (i+int(p))%4
+				x, err := f.w.ProduceAsync(ctx, "t", p, batch(t, pid, epoch, seq, 0, n))
+				if err != nil {
+					errs <- err
+					return
+				}
+				window, wants = append(window, x), append(wants, next)
+				seq, next = seq+int32(n), next+int64(n)
+				if len(window) == 5 {
+					if err := reap(); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+			for len(window) > 0 {
+				if err := reap(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kmirror/kmirror/agent/leaders"
@@ -244,4 +246,26 @@ func (w *Writer) WriteMarkers(ctx context.Context, p Producer, topic string, par
 		}
 	}
 	return nil
+}
+
+// MarkersAuthorized says whether the client's principal may send
+// WriteTxnMarkers to the destination (FillMarkers): Kafka authorizes it on
+// the cluster resource, with ALTER from 3.8 and CLUSTER_ACTION before, and
+// DescribeCluster lists the cluster operations the principal is allowed.
+func MarkersAuthorized(ctx context.Context, cl *kgo.Client) (bool, error) {
+	req := kmsg.NewPtrDescribeClusterRequest()
+	req.IncludeClusterAuthorizedOperations = true
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return false, fmt.Errorf("asking the destination which cluster operations the agent may perform: %w", err)
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return false, fmt.Errorf("asking the destination which cluster operations the agent may perform: %w", err)
+	}
+	ops := resp.ClusterAuthorizedOperations
+	if ops == math.MinInt32 {
+		return false, errors.New("the destination did not say which cluster operations the agent may perform")
+	}
+	has := func(op kmsg.ACLOperation) bool { return ops&(1<<int32(op)) != 0 }
+	return has(kmsg.ACLOperationAlter) || has(kmsg.ACLOperationClusterAction), nil
 }

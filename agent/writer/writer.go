@@ -32,15 +32,20 @@ func ClientOpts(base []kgo.Opt) []kgo.Opt {
 	return append(base[:len(base):len(base)],
 		kgo.MaxVersions(v),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.WithHooks(&wireOrder{written: map[int32]chan struct{}{}, locks: map[int32]*sync.Mutex{}}),
 	)
 }
 
 // Writer writes to one destination cluster.
 type Writer struct {
-	cl          *kgo.Client
-	meta        *leaders.Cache
-	timeout     time.Duration
-	maxInflight int // produce requests in flight per broker sink
+	cl              *kgo.Client
+	meta            *leaders.Cache
+	timeout         time.Duration
+	maxInflight     int // produce requests in flight per broker sink
+	maxPerPartition int // batches of one partition in requests not yet answered
+	// order issues produce requests in order (nil when the client was
+	// not made with ClientOpts: each then waits for the last's answer).
+	order *wireOrder
 
 	mu    sync.Mutex
 	sinks map[int32]*sink // by destination broker
@@ -68,7 +73,94 @@ func (w *Writer) allowed() error {
 
 // New returns a writer using cl, which must have been made with ClientOpts.
 func New(cl *kgo.Client, meta *leaders.Cache) *Writer {
-	return &Writer{cl: cl, meta: meta, timeout: 30 * time.Second, maxInflight: defaultMaxInflight, sinks: map[int32]*sink{}}
+	w := &Writer{cl: cl, meta: meta, timeout: 30 * time.Second, maxInflight: defaultMaxInflight,
+		maxPerPartition: defaultMaxPerPartition, sinks: map[int32]*sink{}}
+	for _, v := range cl.OptValues(kgo.WithHooks) {
+		hs, _ := v.([]kgo.Hook)
+		for _, h := range hs {
+			if o, ok := h.(*wireOrder); ok {
+				w.order = o
+			}
+		}
+	}
+	return w
+}
+
+// issued is a produce request's answer.
+type issued struct {
+	resp kmsg.Response
+	err  error
+}
+
+// wireOrder puts a client's produce requests to a broker on the wire in
+// the order they are issued. kgo writes a broker's requests in the order
+// they are pushed, but Broker.Request pushes in its caller's goroutine and
+// blocks until the answer, so requests issued from several goroutines may
+// overtake each other. wireOrder lets one request at a time per broker be
+// between its push and its write, which kgo reports through this hook
+// (HookBrokerWrite): a partition's pipelined batches then reach the broker
+// in sequence order.
+type wireOrder struct {
+	mu      sync.Mutex
+	written map[int32]chan struct{} // by node: the request being written
+	locks   map[int32]*sync.Mutex   // by node: held from push to write
+}
+
+func (o *wireOrder) OnBrokerWrite(meta kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, _ error) {
+	if key != int16(kmsg.Produce) {
+		return
+	}
+	o.mu.Lock()
+	ch := o.written[meta.NodeID]
+	delete(o.written, meta.NodeID)
+	o.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// issue sends req to node and returns once it is on the wire (or
+// answered); the answer comes on the channel.
+func (w *Writer) issue(ctx context.Context, node int32, req *kmsg.ProduceRequest) <-chan issued {
+	out := make(chan issued, 1)
+	returned := make(chan struct{})
+	send := func() {
+		go func() {
+			resp, err := w.cl.Broker(int(node)).Request(ctx, req)
+			out <- issued{resp, err}
+			close(returned)
+		}()
+	}
+	o := w.order
+	if o == nil {
+		send()
+		<-returned
+		return out
+	}
+	o.mu.Lock()
+	lock := o.locks[node]
+	if lock == nil {
+		lock = &sync.Mutex{}
+		o.locks[node] = lock
+	}
+	o.mu.Unlock()
+	lock.Lock()
+	defer lock.Unlock()
+	written := make(chan struct{})
+	o.mu.Lock()
+	o.written[node] = written
+	o.mu.Unlock()
+	send()
+	select {
+	case <-written:
+	case <-returned:
+		o.mu.Lock()
+		if o.written[node] == written {
+			delete(o.written, node)
+		}
+		o.mu.Unlock()
+	}
+	return out
 }
 
 // Client returns the destination client.
@@ -114,17 +206,29 @@ func (e *ProduceError) Error() string {
 func (e *ProduceError) Unwrap() error { return e.Err }
 
 // Produce appends one batch to a partition with acks=all and returns the
-// offset the leader gave its first record. A duplicate of a batch already
-// appended (same producer id, epoch and sequences) returns the original
-// offset, as Kafka answers. Concurrent calls for different partitions led
-// by the same broker share produce requests (sink.go); calls for one
-// partition are sent one at a time, in call order.
+// offset the leader gave its first record (ProduceAsync, then Wait).
 func (w *Writer) Produce(ctx context.Context, topic string, partition int32, batch []byte) (int64, error) {
+	x, err := w.ProduceAsync(ctx, topic, partition, batch)
+	if err != nil {
+		return -1, err
+	}
+	return x.Wait(ctx)
+}
+
+// ProduceAsync queues one batch for a partition with acks=all and returns
+// at once; Wait gives the offset the leader gave its first record. A
+// duplicate of a batch already appended (same producer id, epoch and
+// sequences) gets the original offset, as Kafka answers. Batches for
+// different partitions led by the same broker share produce requests, and
+// up to 5 batches of one partition are in flight at once, sent in call
+// order (sink.go); a caller pipelining one partition's batches must call in
+// sequence order, from one goroutine.
+func (w *Writer) ProduceAsync(ctx context.Context, topic string, partition int32, batch []byte) (*Pending, error) {
 	l, err := w.meta.Leader(ctx, topic, partition)
 	if err != nil {
-		return -1, &ProduceError{Topic: topic, Partition: partition, Err: err}
+		return nil, &ProduceError{Topic: topic, Partition: partition, Err: err}
 	}
-	return w.sink(l.Leader).produce(ctx, topic, partition, batch)
+	return w.sink(l.Leader).enqueue(topic, partition, batch), nil
 }
 
 // produceAlone sends one batch in a request of its own: a transactional
@@ -148,12 +252,12 @@ func (w *Writer) produceAlone(ctx context.Context, txnID *string, topic string, 
 	rp.Records = batch
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	kresp, err := w.cl.Broker(int(l.Leader)).Request(ctx, req)
-	if err != nil {
+	a := <-w.issue(ctx, l.Leader, req)
+	if a.err != nil {
 		w.meta.Invalidate(topic)
-		return -1, &ProduceError{Topic: topic, Partition: partition, Err: err}
+		return -1, &ProduceError{Topic: topic, Partition: partition, Err: a.err}
 	}
-	resp := kresp.(*kmsg.ProduceResponse)
+	resp := a.resp.(*kmsg.ProduceResponse)
 	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
 		return -1, &ProduceError{Topic: topic, Partition: partition, Err: fmt.Errorf("malformed produce response")}
 	}
