@@ -2,6 +2,7 @@ package partition
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/kmirror/kmirror/internal/reason"
@@ -56,13 +57,18 @@ func (m *Mirror) align(ctx context.Context, target int64) error {
 			}
 			pad, padN, built = b, n, time.Now()
 		}
-		if err := m.writePlain(ctx, pad, n); err != nil {
+		// A copy: the batch is rewritten for the next send while this
+		// one may still be in flight.
+		if err := m.writePlain(ctx, slices.Clone(pad), n, false); err != nil {
 			return err
 		}
 		m.src = m.next
 		m.mu.Lock()
 		m.st.PadRemaining = target - m.next
 		m.mu.Unlock()
+	}
+	if err := m.drain(ctx); err != nil {
+		return err
 	}
 	if err := m.cfg.Writer.DeleteRecords(ctx, tp.Topic, tp.Partition, target); err != nil {
 		return err

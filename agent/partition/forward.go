@@ -28,6 +28,7 @@ func (m *Mirror) copy(ctx context.Context) error {
 		var c fetcher.Chunk
 		select {
 		case <-ctx.Done():
+			m.discard(ctx)
 			return ctx.Err()
 		case <-halt:
 			if m.haltClean.Load() && m.data.open {
@@ -35,9 +36,19 @@ func (m *Mirror) copy(ctx context.Context) error {
 				halt = nil
 				continue
 			}
+			if err := m.drain(ctx); err != nil {
+				return err
+			}
 			return errHalted
 		case <-tick.C:
 			m.reportHanging()
+			continue
+		case <-m.headDone():
+			if err := m.reapReady(ctx); err != nil {
+				m.discard(ctx)
+				return err
+			}
+			m.progress()
 			continue
 		case c = <-ch:
 		}
@@ -46,14 +57,31 @@ func (m *Mirror) copy(ctx context.Context) error {
 			continue
 		}
 		err := m.handle(ctx, c)
-		f.Done(c)
+		m.hold(c)
 		if err != nil {
+			m.discard(ctx)
 			return err
 		}
 		if halt == nil && !m.data.open {
+			if err := m.drain(ctx); err != nil {
+				return err
+			}
 			return errHalted
 		}
 	}
+}
+
+// progress puts the acknowledged destination end in the status.
+func (m *Mirror) progress() {
+	end := m.ackedEnd()
+	m.mu.Lock()
+	m.st.DestinationOffset = end
+	m.st.LastMirrored = min(m.src, end) - 1
+	m.st.Lag = max(0, m.st.SourceOffset-end)
+	if m.st.Lag == 0 {
+		m.caughtUp = time.Now()
+	}
+	m.mu.Unlock()
 }
 
 func (m *Mirror) handle(ctx context.Context, c fetcher.Chunk) error {
@@ -85,14 +113,10 @@ func (m *Mirror) handle(ctx context.Context, c fetcher.Chunk) error {
 			return err
 		}
 	}
-	m.mu.Lock()
-	m.st.DestinationOffset = m.next
-	m.st.LastMirrored = m.src - 1
-	m.st.Lag = max(0, m.st.SourceOffset-m.src)
-	if m.st.Lag == 0 {
-		m.caughtUp = time.Now()
+	if err := m.reapReady(ctx); err != nil {
+		return err
 	}
-	m.mu.Unlock()
+	m.progress()
 	m.watchHanging(c)
 	return nil
 }
@@ -208,35 +232,33 @@ func (m *Mirror) writeVisible(ctx context.Context, b []byte, aborted bool) error
 	if aborted {
 		err = m.writeAborted(ctx, b, n)
 	} else {
-		err = m.writePlain(ctx, b, n)
+		err = m.writePlain(ctx, b, n, true)
 	}
 	if err != nil {
 		return err
 	}
 	m.src = m.next
-	m.mu.Lock()
-	m.st.Bytes += int64(len(b))
-	m.st.Records += int64(n)
-	m.mu.Unlock()
 	return nil
 }
 
-// writePlain appends a batch through the plain idempotent writer.
-func (m *Mirror) writePlain(ctx context.Context, b []byte, n int32) error {
+// writePlain sends a batch through the plain idempotent writer, pipelined
+// (pipeline.go): it is checked, and counted when mirrored (a source batch,
+// not padding), when its answer comes.
+func (m *Mirror) writePlain(ctx context.Context, b []byte, n int32, mirrored bool) error {
 	if err := recordbatch.Rewrite(b, m.cfg.ProducerID, m.cfg.Epoch, m.seq, false); err != nil {
 		return fail(reason.BatchRewriteFailed, "rewriting the source batch for offset %d: %v", m.next, err)
 	}
-	off, err := m.cfg.Writer.Produce(ctx, m.cfg.TP.Topic, m.cfg.TP.Partition, b)
-	if err != nil {
-		return m.classifyProduce(err, writer.Producer{ID: m.cfg.ProducerID, Epoch: m.cfg.Epoch}, m.seq)
-	}
-	return m.landed(ctx, off, n, &m.seq)
+	return m.send(ctx, b, n, mirrored)
 }
 
 // writeAborted appends a batch of an aborted source transaction through the
 // destination transaction, opening it first.
 func (m *Mirror) writeAborted(ctx context.Context, b []byte, n int32) error {
 	tp := m.cfg.TP
+	// Another producer: every plain batch before it must have landed.
+	if err := m.drain(ctx); err != nil {
+		return err
+	}
 	if !m.data.open {
 		if err := m.cfg.Writer.AddPartition(ctx, m.data.id, m.data.p, tp.Topic, tp.Partition); err != nil {
 			return classifyOpen(err, m.data.id, "opening the transaction for aborted source records")
@@ -251,28 +273,30 @@ func (m *Mirror) writeAborted(ctx context.Context, b []byte, n int32) error {
 		if e := classifyTxn(err, "writing aborted source records"); errors.As(e, new(*failure)) {
 			return e
 		}
-		return m.classifyProduce(err, m.data.p, m.data.seq)
+		return m.classifyProduce(err, m.data.p, m.data.seq, m.next)
 	}
-	return m.landed(ctx, off, n, &m.data.seq)
-}
-
-// landed checks where a batch of n records went and advances past it.
-func (m *Mirror) landed(ctx context.Context, off int64, n int32, seq *int32) error {
-	switch {
-	case off < m.next:
-		return failRealign(reason.DestinationLostRecords, "the destination put the batch for offset %d at offset %d: the destination log was truncated (an unclean leader election or a lost write)",
-			m.next, off)
-	case off > m.next:
-		if m.markerAt(ctx, m.next) {
-			return failRealign(reason.DuplicateMarker, "duplicate transaction marker at destination offset %d where the source has a visible record", m.next)
-		}
-		return failRealign(reason.ForeignWrite, "the destination put the batch for offset %d at offset %d: something else wrote to this mirror topic (a foreign write)",
-			m.next, off)
+	if err := m.checkLanded(ctx, off, m.next); err != nil {
+		return err
 	}
 	m.next += int64(n)
-	*seq = addSeq(*seq, n)
-	if m.lasting.n > 0 && m.next > m.lasting.offset {
-		m.healed()
+	m.data.seq = addSeq(m.data.seq, n)
+	m.acked(m.next, len(b), n)
+	return nil
+}
+
+// checkLanded checks that a batch meant for destination offset want got
+// offset off.
+func (m *Mirror) checkLanded(ctx context.Context, off, want int64) error {
+	switch {
+	case off < want:
+		return failRealign(reason.DestinationLostRecords, "the destination put the batch for offset %d at offset %d: the destination log was truncated (an unclean leader election or a lost write)",
+			want, off)
+	case off > want:
+		if m.markerAt(ctx, want) {
+			return failRealign(reason.DuplicateMarker, "duplicate transaction marker at destination offset %d where the source has a visible record", want)
+		}
+		return failRealign(reason.ForeignWrite, "the destination put the batch for offset %d at offset %d: something else wrote to this mirror topic (a foreign write)",
+			want, off)
 	}
 	return nil
 }
@@ -292,11 +316,11 @@ func (m *Mirror) markerAt(ctx context.Context, offset int64) bool {
 	return err == nil && h.IsControl() && h.BaseOffset == offset
 }
 
-// classifyProduce turns a produce error of a batch sent as producer p with
-// sequence seq into a retry (the resume point is re-read from the
-// destination) or a failure. A sequence or producer error is retried a few
-// times only (seqError, Run).
-func (m *Mirror) classifyProduce(err error, p writer.Producer, seq int32) error {
+// classifyProduce turns a produce error of a batch for destination offset
+// at, sent as producer p with sequence seq, into a retry (the resume point
+// is re-read from the destination) or a failure. A sequence or producer
+// error is retried a few times only (seqError, Run).
+func (m *Mirror) classifyProduce(err error, p writer.Producer, seq int32, at int64) error {
 	var ke *kerr.Error
 	if !errors.As(err, &ke) {
 		return err // network and client errors: retry
@@ -304,14 +328,14 @@ func (m *Mirror) classifyProduce(err error, p writer.Producer, seq int32) error 
 	switch {
 	case errors.Is(err, kerr.OutOfOrderSequenceNumber), errors.Is(err, kerr.DuplicateSequenceNumber),
 		errors.Is(err, kerr.UnknownProducerID), errors.Is(err, kerr.InvalidProducerEpoch):
-		return &seqError{err: err, code: ke.Message, offset: m.next, p: p, seq: seq}
+		return &seqError{err: err, code: ke.Message, offset: at, p: p, seq: seq}
 	case ke.Retriable:
 		return err
 	case errors.Is(err, kerr.InvalidRecord) && m.cfg.KeyedPad:
 		return fail(reason.KeylessRecordRefused, "the destination refused the batch for offset %d: %v; a compacted destination topic refuses records without a key, which the source still holds (written before it was compacted); mirror the topic with cleanup.policy=delete until that range is copied",
-			m.next, err)
+			at, err)
 	}
-	return fail(reason.DestinationRefused, "the destination refused the batch for offset %d: %v", m.next, err)
+	return fail(reason.DestinationRefused, "the destination refused the batch for offset %d: %v", at, err)
 }
 
 // reencode rebuilds a batch from its records at offsets ≥ from, with the

@@ -475,6 +475,8 @@ type mirrorRig struct {
 	last *process
 	// full is the source log a case serves later.
 	full *srcLog
+	// dstOpts are more options of each process's destination client.
+	dstOpts []kgo.Opt
 }
 
 // newRig creates topic on both clusters, serving l on the source.
@@ -541,7 +543,7 @@ func (r *mirrorRig) start() *process {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	dcl, err := kgo.NewClient(writer.ClientOpts([]kgo.Opt{kgo.SeedBrokers(r.dst.Bootstrap()...)})...)
+	dcl, err := kgo.NewClient(writer.ClientOpts(append([]kgo.Opt{kgo.SeedBrokers(r.dst.Bootstrap()...)}, r.dstOpts...))...)
 	if err != nil {
 		r.t.Fatal(err)
 	}

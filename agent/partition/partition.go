@@ -158,6 +158,12 @@ type Mirror struct {
 	// lasting counts sequence or producer errors in a row at one offset
 	// (lasting.go).
 	lasting lastingRetry
+	// The plain writer's batches in flight, oldest first, and the fetched
+	// chunks they came from (pipeline.go).
+	flights  []flight
+	flightID uint64 // id of the last flight sent
+	reaped   uint64 // id of the last flight answered
+	held     []heldChunk
 
 	// halt asks Run to return at the next batch boundary (Halt).
 	halt      chan struct{}

@@ -109,6 +109,11 @@ func (m *Mirror) closeDataTxn(ctx context.Context) {
 // With n == 0 it only closes an open transaction, whose marker then takes
 // an offset the caller pads over.
 func (m *Mirror) invisible(ctx context.Context, n int64) error {
+	// Markers go through other requests: every plain batch before them
+	// must have landed.
+	if err := m.drain(ctx); err != nil {
+		return err
+	}
 	end := m.src + n
 	for {
 		m.src = max(m.src, min(m.next, end))
@@ -143,6 +148,11 @@ func (m *Mirror) filler(ctx context.Context, n int64) error {
 		if err := w.WriteMarkers(ctx, writer.Producer{ID: markerPID}, tp.Topic, tp.Partition, int(k)); err != nil {
 			return err
 		}
+		// Nothing re-sends these markers, as the coordinator does its
+		// own (B1), but another write may have come in between (a
+		// foreign one, or a late marker of a dead agent): the end is
+		// read back before anything is written after them, so that no
+		// batch lands shifted.
 		return m.checkEnd(ctx, m.next+k, n-k)
 	}
 	if err := w.AddPartition(ctx, m.fill.id, m.fill.p, tp.Topic, tp.Partition); err != nil {

@@ -1,0 +1,193 @@
+package partition
+
+import (
+	"context"
+	"time"
+
+	"github.com/kmirror/kmirror/agent/fetcher"
+	"github.com/kmirror/kmirror/agent/writer"
+)
+
+// The plain writer's batches are pipelined: up to maxPipelined of them are
+// in flight at once (Kafka's idempotent window; the writer sends them in
+// order), so that a partition writes more than one source batch per round
+// trip to the destination. Each keeps its deterministic sequence and the
+// destination offset it must land at, and every answer is checked, in
+// order, against that offset (landed): no shift can pass.
+//
+// Everything else drains the pipeline first: a write through another
+// producer (a filler, an aborted source transaction), a look at the
+// destination's end, and the end of copy. Offsets are assigned in arrival
+// order and those writes go through other requests and connections, so the
+// plain writer's batches must all be acknowledged before them. A batch that
+// fails ends copy once every batch in flight is answered; Run then resyncs
+// from the destination end and the fetch starts again there, so what
+// followed the failed batch is sent again, in order, with the sequences
+// the log dictates.
+
+// maxPipelined is how many plain batches of one partition may be in
+// flight: the window within which a Kafka broker deduplicates a resent
+// batch of an idempotent producer.
+const maxPipelined = 5
+
+// flight is a plain batch on its way.
+type flight struct {
+	x     *writer.Pending
+	want  int64 // the destination offset its first record must get
+	n     int32
+	seq   int32 // its base sequence
+	bytes int
+	id    uint64
+	// mirrored: a source batch, counted in Status once answered (padding
+	// is not).
+	mirrored bool
+}
+
+// heldChunk is a fetched chunk whose batches are still in flight: its bytes
+// stay counted against the fetch budget until the last is answered.
+type heldChunk struct {
+	c    fetcher.Chunk
+	last uint64 // id of its last flight
+}
+
+// send queues a rewritten plain batch of n records for destination offset
+// m.next and advances m.next and m.seq past it; mirrored says it holds
+// source records. With the window full it waits for the oldest answer
+// first.
+func (m *Mirror) send(ctx context.Context, b []byte, n int32, mirrored bool) error {
+	if len(m.flights) >= maxPipelined {
+		if err := m.reap(ctx); err != nil {
+			return err
+		}
+	}
+	x, err := m.cfg.Writer.ProduceAsync(ctx, m.cfg.TP.Topic, m.cfg.TP.Partition, b)
+	if err != nil {
+		return err // no leader known: nothing sent, retried from the destination end
+	}
+	m.flightID++
+	m.flights = append(m.flights, flight{x: x, want: m.next, n: n, seq: m.seq, bytes: len(b), id: m.flightID, mirrored: mirrored})
+	m.next += int64(n)
+	m.seq = addSeq(m.seq, n)
+	return nil
+}
+
+// reap waits for the oldest batch in flight and checks where it landed.
+func (m *Mirror) reap(ctx context.Context) error {
+	f := m.flights[0]
+	off, err := f.x.Wait(ctx)
+	m.flights[0] = flight{}
+	m.flights = m.flights[1:]
+	if err != nil {
+		// The end is where the acknowledged writes reach: what was sent
+		// after is not known to have landed.
+		m.next, m.seq = f.want, f.seq
+		return m.classifyProduce(err, writer.Producer{ID: m.cfg.ProducerID, Epoch: m.cfg.Epoch}, f.seq, f.want)
+	}
+	if err := m.checkLanded(ctx, off, f.want); err != nil {
+		return err
+	}
+	m.reaped = f.id
+	m.releaseChunks()
+	if f.mirrored {
+		m.acked(f.want+int64(f.n), f.bytes, f.n)
+	}
+	return nil
+}
+
+// reapReady checks every batch already answered, without waiting.
+func (m *Mirror) reapReady(ctx context.Context) error {
+	for len(m.flights) > 0 && m.flights[0].x.Ready() {
+		if err := m.reap(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// drain waits for every batch in flight and checks each, in order. After
+// an error it discards the rest.
+func (m *Mirror) drain(ctx context.Context) error {
+	for len(m.flights) > 0 {
+		if err := m.reap(ctx); err != nil {
+			m.discard(ctx)
+			return err
+		}
+	}
+	return nil
+}
+
+// discard waits for the answers of every batch still in flight without
+// checking them: they follow a batch that failed, so the broker refused
+// them out of sequence, or they landed where the resync will find them.
+// Waiting means nothing the partition sent is still on its way when Run
+// reads the destination again. The end goes back to where the
+// acknowledged writes reach. A ctx that ended gets a grace of its own for
+// the answers.
+func (m *Mirror) discard(ctx context.Context) {
+	if len(m.flights) > 0 && m.flights[0].want < m.next {
+		// Not after a failed batch, which reap already went back to.
+		m.next, m.seq = m.flights[0].want, m.flights[0].seq
+	}
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), drainGrace)
+		defer cancel()
+	}
+	for _, f := range m.flights {
+		_, _ = f.x.Wait(ctx)
+	}
+	clear(m.flights)
+	m.flights = m.flights[:0]
+	m.releaseChunks()
+}
+
+// drainGrace is how long drain waits for answers once its context ended.
+const drainGrace = 5 * time.Second
+
+// acked records that the destination acknowledged a batch of n records
+// (bytes long) ending at end.
+func (m *Mirror) acked(end int64, bytes int, n int32) {
+	if m.lasting.n > 0 && end > m.lasting.offset {
+		m.healed()
+	}
+	m.mu.Lock()
+	m.st.Bytes += int64(bytes)
+	m.st.Records += int64(n)
+	m.mu.Unlock()
+}
+
+// hold keeps chunk c counted against the fetch budget while batches of it
+// are in flight, and releases it at once otherwise.
+func (m *Mirror) hold(c fetcher.Chunk) {
+	if len(m.flights) == 0 {
+		m.cfg.Fetcher.Done(c)
+		return
+	}
+	m.held = append(m.held, heldChunk{c: c, last: m.flights[len(m.flights)-1].id})
+}
+
+// releaseChunks gives back the chunks whose batches are all answered.
+func (m *Mirror) releaseChunks() {
+	for len(m.held) > 0 && (m.held[0].last <= m.reaped || len(m.flights) == 0) {
+		m.cfg.Fetcher.Done(m.held[0].c)
+		m.held[0] = heldChunk{}
+		m.held = m.held[1:]
+	}
+}
+
+// ackedEnd is the destination end the acknowledged writes reach.
+func (m *Mirror) ackedEnd() int64 {
+	if len(m.flights) > 0 {
+		return m.flights[0].want
+	}
+	return m.next
+}
+
+// headDone is the channel on which the oldest batch in flight is answered,
+// nil (never ready) when none is.
+func (m *Mirror) headDone() <-chan struct{} {
+	if len(m.flights) == 0 {
+		return nil
+	}
+	return m.flights[0].x.Done()
+}

@@ -1,0 +1,88 @@
+package partition
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
+	rb "github.com/kmirror/kmirror/internal/recordbatch"
+)
+
+// produceWrites counts the produce requests a client wrote to brokers.
+type produceWrites struct{ n atomic.Int64 }
+
+func (p *produceWrites) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == int16(kmsg.Produce) && err == nil {
+		p.n.Add(1)
+	}
+}
+
+// TestPipelineResendsAfterFailedBatch: plain batches are pipelined, and
+// when one in the middle of the window is refused (NOT_LEADER_OR_FOLLOWER),
+// the batches sent behind it are refused out of sequence; the partition
+// resyncs from the destination end and sends them again in order, with no
+// failure and an identical log. The destination holds the refused request
+// until the partition has written two more behind it, so the case does not
+// depend on timing.
+func TestPipelineResendsAfterFailedBatch(t *testing.T) {
+	src := startSource(t)
+	dst := devclustertest.Start(t)
+	for _, method := range fillerMethods {
+		t.Run(string(method), func(t *testing.T) {
+			b := newLog(t, 0, 0)
+			const batches = 30
+			for range batches {
+				b.plain(prodP, rb.CodecNone, 3)
+			}
+			l := b.done()
+			r := newRig(t, src, dst, "pipeline-"+string(method), l, method)
+			writes := &produceWrites{}
+			r.dstOpts = []kgo.Opt{kgo.WithHooks(writes)}
+			var seen, behind atomic.Int64
+			kc := dst.Kfake()
+			r.destControl(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, bool, bool, error) {
+				req := kreq.(*kmsg.ProduceRequest)
+				if len(req.Topics) == 0 || req.Topics[0].Topic != r.tp.Topic || seen.Add(1) != 3 {
+					return nil, false, false, nil
+				}
+				at := writes.n.Load()
+				kc.SleepControl(func() {
+					for deadline := time.Now().Add(10 * time.Second); writes.n.Load() < at+2 && time.Now().Before(deadline); {
+						time.Sleep(time.Millisecond)
+					}
+				})
+				behind.Store(writes.n.Load() - at)
+				resp := req.ResponseKind().(*kmsg.ProduceResponse)
+				rt := kmsg.NewProduceResponseTopic()
+				rt.Topic = r.tp.Topic
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition = r.tp.Partition
+				rp.ErrorCode = kerr.NotLeaderForPartition.Code
+				rt.Partitions = append(rt.Partitions, rp)
+				resp.Topics = append(resp.Topics, rt)
+				return resp, true, true, nil
+			})
+			p := r.start()
+			r.waitMirrored(p, l.end)
+			st := p.m.Status()
+			p.kill()
+			r.checkIdentical()
+			if n := behind.Load(); n < 2 {
+				t.Errorf("%d produce requests written behind the held one, want at least 2: the batches were not pipelined", n)
+			}
+			if st.Retries < 1 || st.State != Mirroring {
+				t.Errorf("state %s after %d retries, want MIRRORING after at least one", st.State, st.Retries)
+			}
+			if got := writes.n.Load(); got < batches+2 {
+				t.Errorf("%d produce requests for %d batches: the batches behind the refused one were not sent again", got, batches)
+			}
+			t.Log(fmt.Sprintf("%d produce requests for %d batches, %d behind the refused one", writes.n.Load(), batches, behind.Load()))
+		})
+	}
+}
