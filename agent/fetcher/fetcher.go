@@ -91,6 +91,13 @@ type Options struct {
 	Logger   hclog.Logger
 }
 
+// growMaxBytes is how far a partition's share of a fetch grows while its
+// fetches come back full (PartitionMaxBytes is where it starts): a broker
+// loop has one fetch in flight, so a share is what a partition moves per
+// round trip, 16 MiB per 50 ms at most. The Budget still bounds what is
+// held.
+const growMaxBytes = 16 << 20
+
 func (o *Options) defaults() {
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = 32 << 20
@@ -731,6 +738,12 @@ func (f *Fetcher) handleResponse(ctx context.Context, broker int32, sess *sessio
 				} else {
 					p.maxBytes = min(p.maxBytes*2, 256<<20)
 				}
+			}
+			if len(whole) >= int(p.maxBytes)*3/4 && p.maxBytes < growMaxBytes && rp.HighWatermark > next {
+				// A full share with more behind it: one fetch in flight
+				// per broker moves a share per round trip, so over a
+				// wide-area link the share must grow to fill it.
+				p.maxBytes = min(p.maxBytes*2, growMaxBytes)
 			}
 			if next > p.offset {
 				p.offset = next

@@ -281,3 +281,59 @@ func TestSessionFetchReachesEveryEnd(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// TestShareGrowsWhileFull: a partition whose fetches come back full with a
+// backlog behind them gets a larger share of each fetch (one fetch in
+// flight per broker moves one share per round trip), and stays under
+// growMaxBytes.
+func TestShareGrowsWhileFull(t *testing.T) {
+	c, cl := testCluster(t, 1, "backlog")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerBatchMaxBytes(64<<10),
+		kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.ProducerLinger(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	value := make([]byte, 1000)
+	var rs []*kgo.Record
+	for range 8000 { // about 8 MB in batches of up to 64 KiB
+		rs = append(rs, &kgo.Record{Topic: "backlog", Value: value})
+	}
+	if err := prod.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	const start = 64 << 10
+	f := New(cl, leaders.New(cl), Options{PartitionMaxBytes: start, MaxWait: 50 * time.Millisecond})
+	ch, _ := f.Assign(TP{"backlog", 0}, 0)
+	go func() { _ = f.Run(ctx) }()
+	var largest int
+	for got := 0; got < 8000; {
+		var ck Chunk
+		select {
+		case ck = <-ch:
+		case <-ctx.Done():
+			t.Fatalf("read %d of 8000 records", got)
+		}
+		largest = max(largest, len(ck.Records))
+		for rest := ck.Records; len(rest) > 0; {
+			b, r, err := recordbatch.Next(rest)
+			if err != nil || b == nil {
+				break
+			}
+			h, err := recordbatch.ParseHeader(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, rest = int(h.LastOffset()+1), r
+		}
+		f.Done(ck)
+	}
+	if largest < 8*start {
+		t.Errorf("largest chunk %d bytes: the share did not grow from %d while fetches came back full", largest, start)
+	}
+	if largest > growMaxBytes+(64<<10) {
+		t.Errorf("largest chunk %d bytes, above growMaxBytes %d", largest, growMaxBytes)
+	}
+}
