@@ -66,10 +66,20 @@ type File struct {
 	LeaseDuration string `hcl:"lease_duration,optional"`
 	// LeaseRequestTimeout is how long a write the previous holder issued
 	// may still be on its way (default "30s").
-	LeaseRequestTimeout string   `hcl:"lease_request_timeout,optional"`
-	LogLevel            string   `hcl:"log_level,optional"`
-	LogFormat           string   `hcl:"log_format,optional"`
-	Mirrors             []Mirror `hcl:"mirror,block"`
+	LeaseRequestTimeout string `hcl:"lease_request_timeout,optional"`
+	// Fillers is how invisible destination offsets (source transaction
+	// markers, compaction holes) are written: "coordinator" (an empty
+	// transaction aborted through the destination's transaction
+	// coordinator, restart-safe on its own), "markers" (ABORT markers the
+	// agent writes itself with WriteTxnMarkers, many per request; needs
+	// ALTER or CLUSTER_ACTION on the destination cluster) or "auto" (the
+	// default: markers when the destination authorizes them and the
+	// writer lease is on, whose wait on takeover outlasts a dead agent's
+	// markers; coordinator otherwise).
+	Fillers   string   `hcl:"fillers,optional"`
+	LogLevel  string   `hcl:"log_level,optional"`
+	LogFormat string   `hcl:"log_format,optional"`
+	Mirrors   []Mirror `hcl:"mirror,block"`
 }
 
 // Mirror declares a mirror at start-up (the admin API can add more).
@@ -186,6 +196,13 @@ func (f *File) Check() error {
 			return fmt.Errorf("lease_request_timeout %q: use a positive duration, such as \"30s\"", f.LeaseRequestTimeout)
 		}
 	}
+	switch f.Fillers {
+	case "":
+		f.Fillers = FillersAuto
+	case FillersAuto, FillersCoordinator, FillersMarkers:
+	default:
+		return fmt.Errorf("fillers %q: use auto, coordinator or markers", f.Fillers)
+	}
 	seen := map[string]bool{}
 	for _, m := range f.Mirrors {
 		if seen[m.Name] {
@@ -201,6 +218,13 @@ func (f *File) Check() error {
 	}
 	return nil
 }
+
+// The values of fillers.
+const (
+	FillersAuto        = "auto"
+	FillersCoordinator = "coordinator"
+	FillersMarkers     = "markers"
+)
 
 // RefreshInterval returns metadata_refresh_interval as a duration (0 when
 // unset).

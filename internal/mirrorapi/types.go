@@ -306,6 +306,11 @@ type AgentStatus struct {
 	LeaseHolder     string `json:"lease_holder,omitempty"`
 	LeaseEpoch      int64  `json:"lease_epoch"`
 	LeaseDurationMs int64  `json:"lease_duration_ms"`
+	// Fillers is how the agent writes invisible destination offsets,
+	// coordinator or markers (the fillers setting resolved), and
+	// FillersReason why; empty before the agent first became active.
+	Fillers       string `json:"fillers,omitempty"`
+	FillersReason string `json:"fillers_reason,omitempty"`
 }
 
 // AgentRole is an agent's part in the writer lease.

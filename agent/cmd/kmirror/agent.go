@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -41,6 +42,7 @@ func runAgent(ctx context.Context, args []string) error {
 	metricsListen := fs.String("metrics-listen", "", "address serving only GET /metrics (Prometheus) without authentication, such as 0.0.0.0:9464 (overrides metrics_listen in the config file); the API address serves /metrics too, behind the bearer token")
 	tokenFile := fs.String("token-file", "", "file of API bearer tokens, one a line (overrides token_file in the config file); without it the API listens on loopback only")
 	agentID := fs.String("agent-id", "", "this agent's name in the writer lease, describe and logs (overrides agent_id in the config file; default HOSTNAME-PID)")
+	fillers := fs.String("fillers", "", "how invisible destination offsets are written: auto, coordinator or markers (overrides fillers in the config file; default auto)")
 	leaseDuration := fs.String("lease-duration", "", "writer lease between agents sharing the destination and state topic, such as 15s; 0s runs without one, for a destination only this agent writes to (overrides lease_duration in the config file)")
 	secretKeyFile := fs.String("secret-key-file", "", "file with the AES-256 key (64 hex digits, as openssl rand -hex 32 prints, or base64) that encrypts literal secrets of mirror sources in the state topic (env KMIRROR_SECRET_KEY_FILE; overrides secret_key_file)")
 	tlsCertFile := fs.String("tls-cert-file", "", "PEM certificate of the API, to serve HTTPS (env KMIRROR_TLS_CERT_FILE; overrides tls_cert_file)")
@@ -80,6 +82,9 @@ func runAgent(ctx context.Context, args []string) error {
 	}
 	if *leaseDuration != "" {
 		cfg.LeaseDuration = *leaseDuration
+	}
+	if *fillers != "" {
+		cfg.Fillers = *fillers
 	}
 	// Flags win over the environment, which wins over the config file.
 	for _, o := range []struct {
@@ -186,7 +191,7 @@ func runAgent(ctx context.Context, args []string) error {
 			id = lease.DefaultAgentID()
 		}
 		srv.SetAgentStatus(func() mirrorapi.AgentStatus {
-			return mirrorapi.AgentStatus{AgentID: id, Role: mirrorapi.RoleActive}
+			return run.withFillers(mirrorapi.AgentStatus{AgentID: id, Role: mirrorapi.RoleActive})
 		})
 		log.Warn("running without a writer lease (lease_duration = \"0s\"): no other agent may use this destination and state topic")
 		return run.term(ctx, nil)
@@ -205,10 +210,10 @@ func runAgent(ctx context.Context, args []string) error {
 	registry.MustRegister(leaseMetrics(l)...)
 	srv.SetAgentStatus(func() mirrorapi.AgentStatus {
 		st := l.Status()
-		return mirrorapi.AgentStatus{
+		return run.withFillers(mirrorapi.AgentStatus{
 			AgentID: st.AgentID, Role: mirrorapi.AgentRole(st.Role),
 			LeaseHolder: st.Holder, LeaseEpoch: st.Epoch, LeaseDurationMs: st.Duration.Milliseconds(),
-		}
+		})
 	})
 	log.Info("writer lease", "agent_id", l.AgentID(), "lease_duration", duration, "lease_request_timeout", requestTimeout)
 	for {
@@ -250,6 +255,17 @@ type agentRun struct {
 	collector *metrics.Collector
 	// standby says, on a standby, which agent is active (with a lease).
 	standby func() string
+	// fillers is the filler method of the current term (nil before the
+	// first).
+	fillers atomic.Pointer[fillerChoice]
+}
+
+// withFillers adds the filler method in use to st.
+func (r *agentRun) withFillers(st mirrorapi.AgentStatus) mirrorapi.AgentStatus {
+	if f := r.fillers.Load(); f != nil {
+		st.Fillers, st.FillersReason = string(f.method), f.why
+	}
+	return st
 }
 
 // term loads the state topic and runs the mirrors while t holds the lease
@@ -271,6 +287,15 @@ func (r *agentRun) term(ctx context.Context, t *lease.Term) error {
 	}
 	startCtx, cancel := context.WithTimeout(runCtx, 60*time.Second)
 	defer cancel()
+	fillers, err := chooseFillers(startCtx, r.cfg.Fillers, r.dstOpts, t != nil)
+	if err != nil {
+		if t != nil && runCtx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	r.fillers.Store(&fillers)
+	r.log.Info("fillers", "method", fillers.method, "why", fillers.why)
 	co, err := coordinator.New(startCtx, coordinator.Config{
 		Destination:     r.dstOpts,
 		SecretBox:       r.box,
@@ -280,6 +305,7 @@ func (r *agentRun) term(ctx context.Context, t *lease.Term) error {
 		// A promote fences source writes with a DENY WRITE ACL
 		// (DESIGN §4).
 		SourceFence: coordinator.ACLSourceFence{},
+		Fillers:     fillers.method,
 		Gate:        gate,
 		Logger:      r.log,
 	})

@@ -33,6 +33,9 @@ func runStatus(ctx context.Context, args []string) error {
 		return printJSON(st)
 	}
 	fmt.Fprintln(stdout, statusLine(st))
+	if st.Fillers != "" {
+		fmt.Fprintf(stdout, "fillers: %s (%s)\n", st.Fillers, st.FillersReason)
+	}
 	return nil
 }
 
