@@ -175,3 +175,22 @@ func TestLeaseSettings(t *testing.T) {
 		})
 	}
 }
+
+func TestFillers(t *testing.T) {
+	for _, c := range []struct{ hcl, want, errContains string }{
+		{"", FillersAuto, ""},
+		{`fillers = "coordinator"`, FillersCoordinator, ""},
+		{`fillers = "markers"`, FillersMarkers, ""},
+		{`fillers = "marker"`, "", `fillers "marker": use auto, coordinator or markers`},
+	} {
+		cfg, err := Parse("agent.hcl", []byte(c.hcl))
+		switch {
+		case c.errContains != "":
+			if err == nil || !strings.Contains(err.Error(), c.errContains) {
+				t.Errorf("%q: %v, want an error saying %q", c.hcl, err, c.errContains)
+			}
+		case err != nil || cfg.Fillers != c.want:
+			t.Errorf("%q: fillers %q, %v; want %q", c.hcl, cfg.Fillers, err, c.want)
+		}
+	}
+}
