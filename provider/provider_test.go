@@ -123,6 +123,29 @@ func config(t *testing.T, s *tfprotov6.Schema, vals map[string]tftypes.Value) *t
 	return &dv
 }
 
+// resourceSchema returns the schema of resource type typ.
+func resourceSchema(t *testing.T, s tfprotov6.ProviderServer, typ string) *tfprotov6.Schema {
+	t.Helper()
+	resp, err := s.GetProviderSchema(context.Background(), &tfprotov6.GetProviderSchemaRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.ResourceSchemas[typ]
+}
+
+// planDiagnostics plans a change of a resource of type typ from prior to
+// cfg and returns the plan's diagnostics as text.
+func planDiagnostics(t *testing.T, s tfprotov6.ProviderServer, typ string, prior, cfg *tfprotov6.DynamicValue) string {
+	t.Helper()
+	resp, err := s.PlanResourceChange(context.Background(), &tfprotov6.PlanResourceChangeRequest{
+		TypeName: typ, PriorState: prior, ProposedNewState: cfg, Config: cfg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return diagText(resp.Diagnostics)
+}
+
 func str(s string) tftypes.Value { return tftypes.NewValue(tftypes.String, s) }
 
 func strs(ss ...string) tftypes.Value {

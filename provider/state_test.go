@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"context"
 	"maps"
 	"strings"
 	"testing"
@@ -79,12 +78,7 @@ func TestFailbackPlan(t *testing.T) {
 		}
 	}
 	s := server(t)
-	ctx := context.Background()
-	schemas, err := s.GetProviderSchema(ctx, &tfprotov6.GetProviderSchemaRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sch := schemas.ResourceSchemas["kafka_mirror_topic"]
+	sch := resourceSchema(t, s, "kafka_mirror_topic")
 	typ := sch.ValueType()
 	prior, err := tfprotov6.NewDynamicValue(typ, tftypes.NewValue(typ, nil))
 	if err != nil {
@@ -105,14 +99,7 @@ func TestFailbackPlan(t *testing.T) {
 		for k, v := range c.vals {
 			vals[k] = v
 		}
-		cfg := config(t, sch, vals)
-		resp, err := s.PlanResourceChange(ctx, &tfprotov6.PlanResourceChangeRequest{
-			TypeName: "kafka_mirror_topic", PriorState: &prior, ProposedNewState: cfg, Config: cfg,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := diagText(resp.Diagnostics)
+		got := planDiagnostics(t, s, "kafka_mirror_topic", &prior, config(t, sch, vals))
 		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
 			t.Errorf("%s: plan diagnostics %q, want %q", c.name, got, c.want)
 		}
@@ -125,12 +112,7 @@ func TestFailbackPlan(t *testing.T) {
 // recover clears gets no warning.
 func TestRecoveryPlan(t *testing.T) {
 	s := server(t)
-	ctx := context.Background()
-	schemas, err := s.GetProviderSchema(ctx, &tfprotov6.GetProviderSchemaRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sch := schemas.ResourceSchemas["kafka_mirror_topic"]
+	sch := resourceSchema(t, s, "kafka_mirror_topic")
 	boolean := func(b bool) tftypes.Value { return tftypes.NewValue(tftypes.Bool, b) }
 	for _, c := range []struct {
 		name     string
@@ -151,13 +133,7 @@ func TestRecoveryPlan(t *testing.T) {
 		prior := config(t, sch, with(map[string]tftypes.Value{"state": str(topicFailed), "recreate": boolean(false),
 			"reason_code": str(string(c.code)), "reason": str("partition 0: something went wrong")}))
 		cfg := config(t, sch, with(map[string]tftypes.Value{"state": str(topicMirroring), "recreate": boolean(c.recreate)}))
-		resp, err := s.PlanResourceChange(ctx, &tfprotov6.PlanResourceChangeRequest{
-			TypeName: "kafka_mirror_topic", PriorState: prior, ProposedNewState: cfg, Config: cfg,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := diagText(resp.Diagnostics)
+		got := planDiagnostics(t, s, "kafka_mirror_topic", prior, cfg)
 		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
 			t.Errorf("%s: plan diagnostics %q, want %q", c.name, got, c.want)
 		}

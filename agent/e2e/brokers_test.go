@@ -542,43 +542,21 @@ func logFailedTails(t *testing.T, p *pair, a *agent, topics []string) {
 func logBatchHeaders(t *testing.T, side string, cl *kgo.Client, topic string, part int32, from, end int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	meta := leaders.New(cl)
-	for at := max(from, 0); at < end; {
-		c, err := fetcher.ReadAt(ctx, cl, meta, fetcher.TP{Topic: topic, Partition: part}, at, 1<<20)
+	for h, err := range fetcher.ReadRange(ctx, cl, leaders.New(cl), fetcher.TP{Topic: topic, Partition: part}, max(from, 0), end, 1<<20) {
 		if err != nil {
-			t.Logf("%s %s/%d: reading at %d: %v", side, topic, part, at, err)
+			t.Logf("%s %s/%d: %v", side, topic, part, err)
 			return
 		}
-		next := at
-		for rest := c.Records; len(rest) > 0; {
-			b, r, err := recordbatch.Next(rest)
-			if err != nil || b == nil {
-				break
+		kind := "records"
+		if h.IsControl() {
+			kind = "ABORT marker"
+			// A control record's key is version (int16), type (int16):
+			// 0 abort, 1 commit.
+			if recs, err := recordbatch.Records(h.Raw); err == nil && len(recs) > 0 && len(recs[0].Key) >= 4 && recs[0].Key[3] == 1 {
+				kind = "COMMIT marker"
 			}
-			rest = r
-			h, err := recordbatch.ParseHeader(b)
-			if err != nil {
-				break
-			}
-			next = h.LastOffset() + 1
-			if h.LastOffset() < at || h.BaseOffset >= end {
-				continue
-			}
-			kind := "records"
-			if h.IsControl() {
-				kind = "ABORT marker"
-				// A control record's key is version (int16), type (int16):
-				// 0 abort, 1 commit.
-				if recs, err := recordbatch.Records(b); err == nil && len(recs) > 0 && len(recs[0].Key) >= 4 && recs[0].Key[3] == 1 {
-					kind = "COMMIT marker"
-				}
-			}
-			t.Logf("%s %s/%d [%d, %d] %s: transactional %v, producer id %d epoch %d, base sequence %d, %d records, leader epoch %d",
-				side, topic, part, h.BaseOffset, h.LastOffset(), kind, h.IsTransactional(), h.ProducerID, h.ProducerEpoch, h.BaseSequence, h.NumRecords, h.PartitionLeaderEpoch)
 		}
-		if next <= at {
-			return
-		}
-		at = next
+		t.Logf("%s %s/%d [%d, %d] %s: transactional %v, producer id %d epoch %d, base sequence %d, %d records, leader epoch %d",
+			side, topic, part, h.BaseOffset, h.LastOffset(), kind, h.IsTransactional(), h.ProducerID, h.ProducerEpoch, h.BaseSequence, h.NumRecords, h.PartitionLeaderEpoch)
 	}
 }

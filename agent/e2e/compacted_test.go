@@ -294,33 +294,12 @@ func rawHeaders(t *testing.T, cl *kgo.Client, topic string, part int32, from, en
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	meta := leaders.New(cl)
 	var out []recordbatch.Header
-	for at := from; at < end; {
-		c, err := fetcher.ReadAt(ctx, cl, meta, fetcher.TP{Topic: topic, Partition: part}, at, 4<<20)
+	for b, err := range fetcher.ReadRange(ctx, cl, leaders.New(cl), fetcher.TP{Topic: topic, Partition: part}, from, end, 4<<20) {
 		if err != nil {
-			t.Fatalf("reading raw batches of %s/%d at %d: %v", topic, part, at, err)
+			t.Fatalf("reading raw batches of %s/%d: %v", topic, part, err)
 		}
-		next := at
-		for rest := c.Records; len(rest) > 0; {
-			b, r, err := recordbatch.Next(rest)
-			if err != nil || b == nil {
-				break
-			}
-			rest = r
-			h, err := recordbatch.ParseHeader(b)
-			if err != nil {
-				t.Fatalf("parsing a batch of %s/%d: %v", topic, part, err)
-			}
-			next = h.LastOffset() + 1
-			if h.LastOffset() >= at && h.BaseOffset < end {
-				out = append(out, h)
-			}
-		}
-		if next <= at {
-			break // nothing more below the high watermark
-		}
-		at = next
+		out = append(out, b.Header)
 	}
 	return out
 }

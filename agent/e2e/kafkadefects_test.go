@@ -261,14 +261,9 @@ func rawBatch(t *testing.T, cl *kgo.Client, topic string, base int64) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for rest := c.Records; len(rest) > 0; {
-		b, r, err := recordbatch.Next(rest)
-		if err != nil || b == nil {
-			break
-		}
-		rest = r
-		if h, err := recordbatch.ParseHeader(b); err == nil && h.BaseOffset == base {
-			return slices.Clone(b)
+	for b, err := range recordbatch.All(c.Records) {
+		if err == nil && b.BaseOffset == base {
+			return slices.Clone(b.Raw)
 		}
 	}
 	t.Fatalf("%s/0 has no batch at %d", topic, base)

@@ -317,13 +317,7 @@ func checkDuplicateReason(t *testing.T, p *pair, part int32, reason string, dups
 	if err != nil {
 		t.Fatalf("reading destination p%d at %d: %v", part, at, err)
 	}
-	for rest := c.Records; len(rest) > 0; {
-		b, r, err := recordbatch.Next(rest)
-		if err != nil || b == nil {
-			break
-		}
-		rest = r
-		h, err := recordbatch.ParseHeader(b)
+	for h, err := range recordbatch.All(c.Records) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -333,7 +327,7 @@ func checkDuplicateReason(t *testing.T, p *pair, part int32, reason string, dups
 		if !h.IsControl() || !slices.ContainsFunc(dups, func(d devcluster.DuplicatedMarker) bool {
 			return d.Partition == part && d.ProducerID == h.ProducerID
 		}) {
-			t.Errorf("partition %d: the reason names a duplicate marker at %d, but the destination holds %+v there", part, at, h)
+			t.Errorf("partition %d: the reason names a duplicate marker at %d, but the destination holds %+v there", part, at, h.Header)
 		}
 		return at
 	}

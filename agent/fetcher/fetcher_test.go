@@ -215,17 +215,12 @@ func TestSessionFetchReachesEveryEnd(t *testing.T) {
 								t.Errorf("%s: %v", tp, ck.Err)
 							}
 							next := int64(-1)
-							for rest := ck.Records; len(rest) > 0; {
-								b, r, err := recordbatch.Next(rest)
-								if err != nil || b == nil {
-									break
-								}
-								h, err := recordbatch.ParseHeader(b)
+							for b, err := range recordbatch.All(ck.Records) {
 								if err != nil {
 									t.Errorf("%s: %v", tp, err)
 									break
 								}
-								next, rest = h.LastOffset()+1, r
+								next = b.LastOffset() + 1
 							}
 							f.Done(ck)
 							mu.Lock()
@@ -317,16 +312,11 @@ func TestShareGrowsWhileFull(t *testing.T) {
 			t.Fatalf("read %d of 8000 records", got)
 		}
 		largest = max(largest, len(ck.Records))
-		for rest := ck.Records; len(rest) > 0; {
-			b, r, err := recordbatch.Next(rest)
-			if err != nil || b == nil {
-				break
-			}
-			h, err := recordbatch.ParseHeader(b)
+		for b, err := range recordbatch.All(ck.Records) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, rest = int(h.LastOffset()+1), r
+			got = int(b.LastOffset() + 1)
 		}
 		f.Done(ck)
 	}

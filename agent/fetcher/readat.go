@@ -3,12 +3,14 @@ package fetcher
 import (
 	"context"
 	"fmt"
+	"iter"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kmirror/kmirror/agent/leaders"
+	"github.com/kmirror/kmirror/internal/recordbatch"
 )
 
 // ReadAt fetches once from the leader of tp, starting at offset, reading
@@ -64,4 +66,42 @@ func ReadAt(ctx context.Context, cl *kgo.Client, meta *leaders.Cache, tp TP, off
 	whole, _ := wholeBatches(p.RecordBatches)
 	return Chunk{TP: tp, FetchOffset: offset, Records: whole, HighWatermark: p.HighWatermark,
 		LastStable: p.LastStableOffset, LogStart: p.LogStartOffset}, nil
+}
+
+// ReadRange yields the batches of tp that hold offsets in [from, to), in
+// order, reading them with ReadAt maxBytes at a time (uncommitted, control
+// batches included). It stops at to, or where the log holds nothing more
+// (its high watermark); a read that makes no progress below to, or an
+// unreadable batch, ends it with an error.
+func ReadRange(ctx context.Context, cl *kgo.Client, meta *leaders.Cache, tp TP, from, to int64, maxBytes int32) iter.Seq2[recordbatch.Batch, error] {
+	return func(yield func(recordbatch.Batch, error) bool) {
+		for at := from; at < to; {
+			c, err := ReadAt(ctx, cl, meta, tp, at, maxBytes)
+			if err != nil {
+				yield(recordbatch.Batch{}, err)
+				return
+			}
+			next := at
+			for b, err := range recordbatch.All(c.Records) {
+				if err != nil {
+					yield(recordbatch.Batch{}, fmt.Errorf("reading %s at %d: %w", tp, at, err))
+					return
+				}
+				next = b.LastOffset() + 1
+				if b.LastOffset() < at || b.BaseOffset >= to {
+					continue
+				}
+				if !yield(b, nil) {
+					return
+				}
+			}
+			if next <= at {
+				if c.HighWatermark > at {
+					yield(recordbatch.Batch{}, fmt.Errorf("reading %s: no progress at %d below the high watermark %d", tp, at, c.HighWatermark))
+				}
+				return
+			}
+			at = next
+		}
+	}
 }

@@ -755,34 +755,11 @@ func (r *mirrorRig) destination() (leaders.Bounds, [][]byte) {
 	ctx := context.Background()
 	b := r.bounds()
 	var out [][]byte
-	for at := b.LogStart; at < b.HighWatermark; {
-		c, err := fetcher.ReadAt(ctx, r.dw.Client(), r.dw.Meta(), r.tp, at, 1<<20)
+	for batch, err := range fetcher.ReadRange(ctx, r.dw.Client(), r.dw.Meta(), r.tp, b.LogStart, b.HighWatermark, 1<<20) {
 		if err != nil {
-			r.t.Fatal(err)
+			r.t.Fatalf("reading the destination: %v", err)
 		}
-		next := at
-		for rest := c.Records; ; {
-			batch, rr, err := recordbatch.Next(rest)
-			if err != nil {
-				r.t.Fatal(err)
-			}
-			if batch == nil {
-				break
-			}
-			rest = rr
-			h, err := recordbatch.ParseHeader(batch)
-			if err != nil {
-				r.t.Fatal(err)
-			}
-			if h.LastOffset() >= at {
-				out = append(out, batch)
-				next = h.LastOffset() + 1
-			}
-		}
-		if next <= at {
-			r.t.Fatalf("reading the destination: nothing at offset %d below its end %d", at, b.HighWatermark)
-		}
-		at = next
+		out = append(out, batch.Raw)
 	}
 	return b, out
 }

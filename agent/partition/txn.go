@@ -207,15 +207,9 @@ func (m *Mirror) checkEnd(ctx context.Context, want, spare int64) error {
 	if err != nil {
 		return err
 	}
-	for rest := c.Records; len(rest) > 0; {
-		bb, r, err := recordbatch.Next(rest)
-		if err != nil || bb == nil {
-			break
-		}
-		rest = r
-		h, err := recordbatch.ParseHeader(bb)
+	for h, err := range recordbatch.All(c.Records) {
 		if err != nil {
-			return err
+			return fmt.Errorf("reading the destination after a marker: %w", err)
 		}
 		if h.LastOffset() < from || h.BaseOffset >= b.HighWatermark {
 			continue
@@ -270,15 +264,9 @@ func (m *Mirror) checkTail(ctx context.Context, dst, src leaders.Bounds) error {
 			return fmt.Errorf("comparing the destination tail with the source: %w", err)
 		}
 		next := at
-		for rest := c.Records; len(rest) > 0; {
-			b, r, err := recordbatch.Next(rest)
-			if err != nil || b == nil {
-				break
-			}
-			rest = r
-			h, err := recordbatch.ParseHeader(b)
+		for h, err := range recordbatch.All(c.Records) {
 			if err != nil {
-				return err
+				return fmt.Errorf("comparing the destination tail with the source: %w", err)
 			}
 			if !h.IsControl() && h.NumRecords > 0 {
 				for o := max(h.BaseOffset, lowest); o <= h.LastOffset() && o <= markers[0]; o++ {
@@ -287,7 +275,7 @@ func (m *Mirror) checkTail(ctx context.Context, dst, src leaders.Bounds) error {
 				if h.NumRecords != h.LastOffsetDelta+1 {
 					// Holes inside a compacted batch are invisible: look
 					// at the records themselves.
-					recs, err := recordbatch.Records(b)
+					recs, err := recordbatch.Records(h.Raw)
 					if err != nil {
 						return err
 					}

@@ -287,25 +287,16 @@ func (w *Writer) ScanTail(ctx context.Context, topic string, partition int32, lo
 				return fmt.Errorf("reading the destination tail: %w", err)
 			}
 			next := at
-			for rest := c.Records; len(rest) > 0; {
-				b, r, err := recordbatch.Next(rest)
+			for b, err := range recordbatch.All(c.Records) {
 				if err != nil {
 					return fmt.Errorf("reading the destination tail of %s: %w", tp, err)
 				}
-				if b == nil {
-					break
-				}
-				rest = r
-				h, err := recordbatch.ParseHeader(b)
-				if err != nil {
-					return fmt.Errorf("reading the destination tail of %s: %w", tp, err)
-				}
-				if h.BaseOffset >= upper {
+				if b.BaseOffset >= upper {
 					next = upper
 					break
 				}
-				hs = append(hs, h)
-				next = h.LastOffset() + 1
+				hs = append(hs, b.Header)
+				next = b.LastOffset() + 1
 			}
 			if next <= at {
 				break

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"iter"
 	"math"
 	"strconv"
 )
@@ -332,3 +333,38 @@ func parseChecked(b []byte) (Header, error) {
 
 // crc32c is the checksum of a v2 batch, over bytes 21 to the end.
 func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// Batch is one whole batch of a record set and its header (All).
+type Batch struct {
+	Raw []byte
+	Header
+}
+
+// All yields the whole batches of raw, a fetch response's RecordBatches
+// bytes, in order, each with its parsed header, and stops at a batch cut
+// short by the fetch's byte limit, as Next does. A batch that cannot be read
+// (Next's or ParseHeader's error, an old magic included) is yielded as its
+// error, and ends the sequence.
+func All(raw []byte) iter.Seq2[Batch, error] {
+	return func(yield func(Batch, error) bool) {
+		for rest := raw; len(rest) > 0; {
+			b, r, err := Next(rest)
+			if err != nil {
+				yield(Batch{}, err)
+				return
+			}
+			if b == nil {
+				return
+			}
+			rest = r
+			h, err := ParseHeader(b)
+			if err != nil {
+				yield(Batch{}, err)
+				return
+			}
+			if !yield(Batch{Raw: b, Header: h}, nil) {
+				return
+			}
+		}
+	}
+}

@@ -696,3 +696,40 @@ func TestConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestAll walks a record set as fetches return it: whole batches with
+// their headers, a trailing batch cut short left out, a bad one ending the
+// walk with its error, and an early break stopping it.
+func TestAll(t *testing.T) {
+	a := mustBuild(t, CodecNone, 0, 0, 0, -1, -1, -1, sampleRecords(0, false))
+	b := mustBuild(t, CodecLZ4, 0, 7, 0, -1, -1, -1, sampleRecords(7, false))
+	c := mustBuild(t, CodecGzip, 0, 14, 0, -1, -1, -1, sampleRecords(14, false))
+	raw := append(append(append([]byte{}, a...), b...), c[:len(c)-9]...)
+	var bases []int64
+	for batch, err := range All(raw) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(batch.Raw, a) && !bytes.Equal(batch.Raw, b) {
+			t.Fatalf("batch at %d is not one of those built", batch.BaseOffset)
+		}
+		bases = append(bases, batch.BaseOffset)
+	}
+	if len(bases) != 2 || bases[0] != 0 || bases[1] != 7 {
+		t.Fatalf("base offsets %v, want [0 7] (the cut batch left out)", bases)
+	}
+	for range All(raw) {
+		break // must not panic: the iterator stops when told
+	}
+	bad := append(append([]byte{}, a...), b...)
+	binary.BigEndian.PutUint32(bad[len(a)+8:], 3) // b's length below the v2 minimum
+	var n int
+	var last error
+	for _, err := range All(bad) {
+		n++
+		last = err
+	}
+	if n != 2 || !errors.Is(last, ErrLength) {
+		t.Fatalf("%d items, last error %v; want a then ErrLength", n, last)
+	}
+}
