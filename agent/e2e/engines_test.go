@@ -221,10 +221,24 @@ func newPairOn(t *testing.T, e engine, o pairOpts) *pair {
 		src: sharedCluster(t, e, sharedKey{engine: e.name, role: "src", brokers: max(o.srcBrokers, 1), secured: o.secured, configs: canonical(o.srcConfigs)}),
 		dst: sharedCluster(t, e, sharedKey{engine: e.name, role: "dst", brokers: max(o.dstBrokers, 1), secured: o.secured, configs: canonical(o.dstConfigs)}),
 	}
+	p.ownNames()
+	p.setUp(t, o)
+	return p
+}
+
+// ownNames gives a pair on shared clusters names of this test's own: a
+// suffix for its topics and groups (name), and its state topic.
+func (p *pair) ownNames() {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	p.suffix = hex.EncodeToString(b[:])
 	p.stateTopic = "__kmirror_state-" + p.suffix
+}
+
+// setUp connects p's clients (as the agent when o.secured) and creates
+// o.topic on the source, under the test's own name (p.topic).
+func (p *pair) setUp(t *testing.T, o pairOpts) {
+	t.Helper()
 	var auth []kgo.Opt
 	if o.secured {
 		auth = []kgo.Opt{saslPlain(agentUser, agentPass)}
@@ -234,7 +248,6 @@ func newPairOn(t *testing.T, e engine, o pairOpts) *pair {
 		p.topic = p.name(o.topic)
 		createTopic(t, p.srcCl, p.topic, o.partitions, nil)
 	}
-	return p
 }
 
 // canonical is cfgs as sorted k=v lines, the form a sharedKey holds.

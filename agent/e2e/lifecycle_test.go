@@ -6,8 +6,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -289,20 +287,9 @@ func newPairWithSource(t *testing.T, e engine, src *devcluster.Cluster, o pairOp
 		p.dst = devclustertest.Start(t, dstOpts...)
 	} else {
 		p.dst = sharedCluster(t, e, sharedKey{engine: e.name, role: "dst", brokers: max(o.dstBrokers, 1), secured: o.secured, configs: canonical(o.dstConfigs)})
-		var b [4]byte
-		_, _ = rand.Read(b[:])
-		p.suffix = hex.EncodeToString(b[:])
-		p.stateTopic = "__kmirror_state-" + p.suffix
+		p.ownNames()
 	}
-	var auth []kgo.Opt
-	if o.secured {
-		auth = []kgo.Opt{saslPlain(agentUser, agentPass)}
-	}
-	p.connect(t, auth...)
-	if o.topic != "" {
-		p.topic = p.name(o.topic)
-		createTopic(t, p.srcCl, p.topic, o.partitions, nil)
-	}
+	p.setUp(t, o)
 	return p
 }
 
