@@ -70,13 +70,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		devcluster.SASLUser("dstapp", sec["destination password"]))
 
 	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, content string) string { return writeFile(t, dir, name, content) }
 	keyHex := "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 	sec["secret key"] = keyHex
 	keyFile := write("secret.key", keyHex+"\n")
@@ -124,24 +118,10 @@ mirror "unused" {
 
 	agent := startAgentProcess(t, setup, "agent")
 	base := "http://" + setup.Listen
-	var bodies bytes.Buffer // every response body
+	rec := &apiRecorder{base: base}
 	call := func(method, path, body string, want int) []byte {
 		t.Helper()
-		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		fmt.Fprintf(&bodies, "%s %s -> %d\n%s\n", method, path, resp.StatusCode, b)
-		if resp.StatusCode != want {
-			t.Fatalf("%s %s: %d, want %d: %s", method, path, resp.StatusCode, want, b)
-		}
-		return b
+		return rec.call(t, method, path, body, want)
 	}
 	waitReady(t, base)
 
@@ -231,17 +211,8 @@ mirror "unused" {
 		t.Fatal(err)
 	}
 	state := stateTopicBytes(t, dst, "agent", sec["destination file password"])
-	places := map[string][]byte{"the agent's log": append(logs, logs2...), "the API's responses": bodies.Bytes(), "the state topic": state}
-	for where, b := range places {
-		if len(b) < 100 {
-			t.Fatalf("%s: only %d bytes to search", where, len(b))
-		}
-		for what, v := range sec {
-			if bytes.Contains(b, []byte(v)) {
-				t.Errorf("%s holds the %s", where, what)
-			}
-		}
-	}
+	places := map[string][]byte{"the agent's log": append(logs, logs2...), "the API's responses": rec.bodies.Bytes(), "the state topic": state}
+	searchLeaks(t, places, sec)
 	// The state topic has the literal secrets of lit (password and key)
 	// and fix (wrong, then corrected password) sealed, and references as
 	// written.
@@ -254,7 +225,7 @@ mirror "unused" {
 		}
 	}
 	t.Logf("searched %d bytes of logs, %d bytes of responses, %d bytes of the state topic for %d secrets; %d sealed values in the state topic",
-		len(places["the agent's log"]), bodies.Len(), len(state), len(sec), bytes.Count(state, []byte(secrets.SealedPrefix)))
+		len(places["the agent's log"]), rec.bodies.Len(), len(state), len(sec), bytes.Count(state, []byte(secrets.SealedPrefix)))
 }
 
 // TestSecretsNeverLeakSASL is TestSecretsNeverLeak on real brokers: the
@@ -348,13 +319,7 @@ func testSecretsNeverLeakSASL(t *testing.T, e engine) {
 	}
 
 	dir := t.TempDir()
-	write := func(name, content string) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
+	write := func(name, content string) string { return writeFile(t, dir, name, content) }
 	keyHex := "3e23e8160039594a33894f6564e1b1348bbd7a0088d42c4acb73eeaed59c009d"
 	sec["secret key"] = keyHex
 	keyFile := write("secret.key", keyHex+"\n")
@@ -391,24 +356,10 @@ mirror "unused" {
 
 	agent := startAgentProcess(t, setup, "agent")
 	base := "http://" + setup.Listen
-	var bodies bytes.Buffer // every response body
+	rec := &apiRecorder{base: base}
 	call := func(method, path, body string, want int) []byte {
 		t.Helper()
-		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		fmt.Fprintf(&bodies, "%s %s -> %d\n%s\n", method, path, resp.StatusCode, b)
-		if resp.StatusCode != want {
-			t.Fatalf("%s %s: %d, want %d: %s", method, path, resp.StatusCode, want, b)
-		}
-		return b
+		return rec.call(t, method, path, body, want)
 	}
 	waitReady(t, base)
 
@@ -490,17 +441,8 @@ mirror "unused" {
 		t.Fatal(err)
 	}
 	state := stateTopicBytesWith(t, []kgo.Opt{kgo.SeedBrokers(p.dst.Bootstrap()...), saslPlain(agentUser, agentPass)}, p.stateTopic)
-	places := map[string][]byte{"the agent's log": append(logs, logs2...), "the API's responses": bodies.Bytes(), "the state topic": state}
-	for where, b := range places {
-		if len(b) < 100 {
-			t.Fatalf("%s: only %d bytes to search", where, len(b))
-		}
-		for what, v := range sec {
-			if bytes.Contains(b, []byte(v)) {
-				t.Errorf("%s holds the %s", where, what)
-			}
-		}
-	}
+	places := map[string][]byte{"the agent's log": append(logs, logs2...), "the API's responses": rec.bodies.Bytes(), "the state topic": state}
+	searchLeaks(t, places, sec)
 	// lit's password and fix's wrong, then corrected, password sealed;
 	// references as written.
 	if n := bytes.Count(state, []byte(secrets.SealedPrefix)); n < 3 {
@@ -512,7 +454,61 @@ mirror "unused" {
 		}
 	}
 	t.Logf("searched %d bytes of logs, %d bytes of responses, %d bytes of the state topic for %d secrets; %d sealed values in the state topic",
-		len(places["the agent's log"]), bodies.Len(), len(state), len(sec), bytes.Count(state, []byte(secrets.SealedPrefix)))
+		len(places["the agent's log"]), rec.bodies.Len(), len(state), len(sec), bytes.Count(state, []byte(secrets.SealedPrefix)))
+}
+
+// apiRecorder calls an agent's API and keeps every response body, to be
+// searched for secrets.
+type apiRecorder struct {
+	base   string
+	bodies bytes.Buffer
+}
+
+// call sends a request and fails the test unless the status is want.
+func (r *apiRecorder) call(t *testing.T, method, path, body string, want int) []byte {
+	t.Helper()
+	req, err := http.NewRequest(method, r.base+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	fmt.Fprintf(&r.bodies, "%s %s -> %d\n%s\n", method, path, resp.StatusCode, b)
+	if resp.StatusCode != want {
+		t.Fatalf("%s %s: %d, want %d: %s", method, path, resp.StatusCode, want, b)
+	}
+	return b
+}
+
+// searchLeaks fails the test for every secret (a name and its value) found
+// in a place (a name and its bytes), and for a place too small to mean
+// anything.
+func searchLeaks(t *testing.T, places map[string][]byte, secrets map[string]string) {
+	t.Helper()
+	for where, b := range places {
+		if len(b) < 100 {
+			t.Fatalf("%s: only %d bytes to search", where, len(b))
+		}
+		for what, v := range secrets {
+			if bytes.Contains(b, []byte(v)) {
+				t.Errorf("%s holds the %s", where, what)
+			}
+		}
+	}
+}
+
+// writeFile writes a file of the test's in dir and returns its path.
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // hclList is ss as an HCL list of strings.
