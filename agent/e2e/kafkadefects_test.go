@@ -226,16 +226,7 @@ func TestDestinationTxnIDExpiry(t *testing.T) {
 		p.assertIdentical(t, topic, identityOpts{wantRecords: 3 * parts * 10})
 
 		// A restart over markers of every generation of ids.
-		a.stop()
-		a = p.startAgent(t, agentOpts{})
-		produceMixedOn(t, p, topic, parts, "fourth")
-		p.waitMirrored(t, a, topic, failWait)
-		for part, st := range a.partitions(topic) {
-			if st.State != partition.Mirroring || st.Reason != "" {
-				t.Fatalf("p%d: %s (%s)", part, st.State, st.Reason)
-			}
-		}
-		p.assertIdentical(t, topic, identityOpts{wantRecords: 4 * parts * 10})
+		p.restartAndMirror(t, a, topic, func() { produceMixedOn(t, p, topic, parts, "fourth") }, 4*parts*10)
 	})
 }
 

@@ -138,16 +138,7 @@ func TestOwnProducerIDChanges(t *testing.T) {
 
 	// Batches of the old and the new ids in the log, a marker of the new
 	// ".abort" id at the tail.
-	a.stop()
-	a = p.startAgent(t, agentOpts{})
-	produceMixed(t, p, topic, parts, "third")
-	p.waitMirrored(t, a, topic, failWait)
-	for part, st := range a.partitions(topic) {
-		if st.State != partition.Mirroring {
-			t.Fatalf("p%d: %s (%s)", part, st.State, st.Reason)
-		}
-	}
-	p.assertIdentical(t, topic, identityOpts{wantRecords: 3 * parts * 10})
+	p.restartAndMirror(t, a, topic, func() { produceMixed(t, p, topic, parts, "third") }, 3*parts*10)
 }
 
 // TestMirrorDeletedAndCreatedAgain: a mirror deleted (with force: its topic
@@ -175,16 +166,7 @@ func TestMirrorDeletedAndCreatedAgain(t *testing.T) {
 	p.assertIdentical(t, topic, identityOpts{wantRecords: 3 * parts * 10})
 
 	// And across a restart, with both mirrors' batches in the log.
-	a.stop()
-	a = p.startAgent(t, agentOpts{})
-	produceMixed(t, p, topic, parts, "restarted")
-	p.waitMirrored(t, a, topic, failWait)
-	for part, st := range a.partitions(topic) {
-		if st.State != partition.Mirroring {
-			t.Fatalf("p%d: %s (%s)", part, st.State, st.Reason)
-		}
-	}
-	p.assertIdentical(t, topic, identityOpts{wantRecords: 4 * parts * 10})
+	p.restartAndMirror(t, a, topic, func() { produceMixed(t, p, topic, parts, "restarted") }, 4*parts*10)
 }
 
 // TestForeignWriteWhileStopped: an application writes to a mirror topic
@@ -216,4 +198,21 @@ func TestForeignWriteWhileStopped(t *testing.T) {
 	t.Logf("p0 FAILED: %s", st.Reason)
 	p.waitMirroredParts(t, a, topic, []int32{1})
 	p.assertIdenticalParts(t, topic, []int32{1}, 20)
+}
+
+// restartAndMirror stops a and starts a new agent, has produce write more,
+// and checks that the new agent mirrors it: every partition MIRRORING
+// with no reason, and the topic identical with want records.
+func (p *pair) restartAndMirror(t *testing.T, a *agent, topic string, produce func(), want int64) {
+	t.Helper()
+	a.stop()
+	a = p.startAgent(t, agentOpts{})
+	produce()
+	p.waitMirrored(t, a, topic, failWait)
+	for part, st := range a.partitions(topic) {
+		if st.State != partition.Mirroring || st.Reason != "" {
+			t.Fatalf("p%d after the restart: %s (%s)", part, st.State, st.Reason)
+		}
+	}
+	p.assertIdentical(t, topic, identityOpts{wantRecords: want})
 }
