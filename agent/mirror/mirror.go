@@ -1,4 +1,12 @@
-package coordinator
+// Package mirror runs the mirrors of an agent, one Runner each: a runner
+// connects to its mirror's source, creates and grows the destination topics,
+// runs one partition mirror per source partition, and carries out what is
+// asked of its topics (pause, resume, stop, recover, failback), keeping them
+// read-only, their metadata in sync and their fetches throttled. The
+// coordinator (agent/coordinator) keeps the registry of mirrors, their
+// persisted specs and the admin surface, and starts and stops runners;
+// nothing else starts or stops a partition mirror.
+package mirror
 
 import (
 	"context"
@@ -25,12 +33,6 @@ import (
 	"github.com/kmirror/kmirror/internal/reason"
 )
 
-// MirrorStatus is one mirror as describe shows it.
-type MirrorStatus = mirrorapi.Mirror
-
-// TopicStatus is one mirror topic.
-type TopicStatus = mirrorapi.Topic
-
 // runningPartition is a partition mirror and how to stop it.
 type runningPartition struct {
 	pm *partition.Mirror
@@ -51,10 +53,11 @@ func closedDone() chan struct{} {
 	return ch
 }
 
-type mirror struct {
-	c   *Coordinator
+// Runner runs one mirror: see the package documentation.
+type Runner struct {
+	cfg *Config
 	log hclog.Logger
-	rec mirrorRecord
+	rec Record
 
 	// stopMu serializes the end of partition stops (finishStop).
 	stopMu sync.Mutex
@@ -69,7 +72,7 @@ type mirror struct {
 	refresh   chan struct{}
 	wg        sync.WaitGroup
 	done      chan struct{}
-	cancel    context.CancelFunc // ends run; set by startLocked
+	cancel    context.CancelFunc // ends run; set by Start
 
 	// txnTimeout is the timeout of the partitions' destination
 	// transactions, chosen by the last preflight from the destination's
@@ -118,9 +121,10 @@ type mirror struct {
 	topicErrCodes map[string]reason.Code
 }
 
-func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
-	return &mirror{
-		c: c, log: c.log.Named("mirror").With("mirror", rec.Spec.Name), rec: rec, spec: rec.Spec,
+// New returns the runner of the mirror rec; Start runs it.
+func New(cfg *Config, rec Record) *Runner {
+	return &Runner{
+		cfg: cfg, log: cfg.Logger.Named("mirror").With("mirror", rec.Spec.Name), rec: rec, spec: rec.Spec,
 		topicErrs: map[string]string{}, topicErrCodes: map[string]reason.Code{}, parts: map[fetcher.TP]*runningPartition{},
 		refresh: make(chan struct{}, 1), done: make(chan struct{}),
 		stopModes: map[fetcher.TP]StopMode{}, stoppedBy: map[fetcher.TP]StopMode{}, promoteBy: map[fetcher.TP]time.Time{}, recoverTPs: map[fetcher.TP]bool{}, recoverTopics: map[string]bool{},
@@ -131,7 +135,46 @@ func newMirror(c *Coordinator, rec mirrorRecord) *mirror {
 	}
 }
 
-func (m *mirror) setSpec(s mirrorspec.Spec) {
+// Start runs the mirror until ctx ends or Stop is called.
+func (m *Runner) Start(ctx context.Context) {
+	ctx, m.cancel = context.WithCancel(ctx)
+	m.ctx = ctx
+	go m.run(ctx)
+}
+
+// Stop ends the run and waits until its partitions have stopped.
+func (m *Runner) Stop() {
+	if m.cancel != nil {
+		m.cancel()
+	}
+	m.Wait()
+}
+
+// Wait waits until the run has ended.
+func (m *Runner) Wait() { <-m.done }
+
+// Logger is the runner's logger: it names the mirror.
+func (m *Runner) Logger() hclog.Logger { return m.log }
+
+// SourceClusterID is the source's cluster id as the runner last read it.
+func (m *Runner) SourceClusterID() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sourceClusterID
+}
+
+// KeepSourceClusterID makes describe show id, the source cluster id a
+// previous runner of the mirror read, until this one connects.
+func (m *Runner) KeepSourceClusterID(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sourceClusterID == "" {
+		m.sourceClusterID = id
+	}
+}
+
+// SetSpec makes the runner follow spec, changed by an update.
+func (m *Runner) SetSpec(s mirrorspec.Spec) {
 	m.mu.Lock()
 	m.spec = s
 	m.mu.Unlock()
@@ -142,7 +185,7 @@ func (m *mirror) setSpec(s mirrorspec.Spec) {
 	m.kickSync()
 }
 
-func (m *mirror) setErr(err error) {
+func (m *Runner) setErr(err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err == nil {
@@ -155,11 +198,9 @@ func (m *mirror) setErr(err error) {
 	m.err = err.Error()
 }
 
-func (m *mirror) wait() { <-m.done }
-
 // run connects to the source and keeps the mirror's topics and partitions
 // running until ctx ends, retrying the connection with backoff.
-func (m *mirror) run(ctx context.Context) {
+func (m *Runner) run(ctx context.Context) {
 	defer close(m.done)
 	defer m.ops.Wait()
 	defer m.wg.Wait()
@@ -179,11 +220,11 @@ func (m *mirror) run(ctx context.Context) {
 	}
 }
 
-func (m *mirror) runConnected(ctx context.Context) error {
+func (m *Runner) runConnected(ctx context.Context) error {
 	m.mu.Lock()
 	spec := m.spec // Apply changes m.spec under m.mu
 	m.mu.Unlock()
-	opts, err := m.c.sourceOpts(spec)
+	opts, err := m.cfg.SourceOpts(spec)
 	if err != nil {
 		return fmt.Errorf("connecting to source %s: %w", strings.Join(spec.Source.BootstrapServers, ","), err)
 	}
@@ -201,8 +242,8 @@ func (m *mirror) runConnected(ctx context.Context) error {
 		m.sourceClusterID = md.Cluster
 		m.mu.Unlock()
 	}
-	seeds, _ := m.c.dst.OptValue(kgo.SeedBrokers).([]string)
-	report, err := topics.Check(ctx, m.c.dstAdm, srcAdm, topics.CheckOptions{Topics: spec.Topics, DestinationBootstrap: seeds})
+	seeds, _ := m.cfg.Destination.OptValue(kgo.SeedBrokers).([]string)
+	report, err := topics.Check(ctx, m.cfg.Admin, srcAdm, topics.CheckOptions{Topics: spec.Topics, DestinationBootstrap: seeds})
 	if err != nil {
 		return fmt.Errorf("preflight check of the destination: %w", err)
 	}
@@ -226,7 +267,7 @@ func (m *mirror) runConnected(ctx context.Context) error {
 	m.setErr(nil)
 
 	srcMeta := leaders.New(src)
-	f := fetcher.New(src, srcMeta, fetcher.Options{Budget: m.c.budget, Throttle: m.throttle, Counters: m.counters, Logger: m.log.Named("fetcher")})
+	f := fetcher.New(src, srcMeta, fetcher.Options{Budget: m.cfg.Budget, Throttle: m.throttle, Counters: m.counters, Logger: m.log.Named("fetcher")})
 	m.mu.Lock()
 	m.fetch = f
 	m.source = &sourceReader{src, srcMeta}
@@ -234,7 +275,7 @@ func (m *mirror) runConnected(ctx context.Context) error {
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { _ = f.Run(fctx) }()
-	mgr := topics.NewManager(m.c.dstAdm, srcAdm, topics.WithExclude(spec.TopicConfigExclude), topics.WithLogger(m.log.Named("topics")))
+	mgr := topics.NewManager(m.cfg.Admin, srcAdm, topics.WithExclude(spec.TopicConfigExclude), topics.WithLogger(m.log.Named("topics")))
 
 	// Partition mirrors live as long as this connection: they end with fctx.
 	defer func() {
@@ -269,7 +310,7 @@ func (m *mirror) runConnected(ctx context.Context) error {
 
 // syncTopics creates or grows each destination topic and starts a partition
 // mirror for every source partition not yet running.
-func (m *mirror) syncTopics(ctx context.Context, mgr *topics.Manager, source sourceReader, f *fetcher.Fetcher) {
+func (m *Runner) syncTopics(ctx context.Context, mgr *topics.Manager, source sourceReader, f *fetcher.Fetcher) {
 	m.mu.Lock()
 	names := append([]string(nil), m.spec.Topics...)
 	m.mu.Unlock()
@@ -308,7 +349,7 @@ func topicErrCode(err error) reason.Code {
 	return reason.CodeOf(err)
 }
 
-func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sourceReader, f *fetcher.Fetcher, topic string) error {
+func (m *Runner) syncTopic(ctx context.Context, mgr *topics.Manager, source sourceReader, f *fetcher.Fetcher, topic string) error {
 	name := m.rec.Spec.Name
 	if m.restoreStoppedTopic(topic) {
 		// A stopped topic is an ordinary destination topic now: neither
@@ -320,7 +361,7 @@ func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 	}
 	// Ensure may create the topic, add partitions and set configs:
 	// writes, so the writer lease is checked first.
-	if err := m.c.gate(); err != nil {
+	if err := m.cfg.gate(); err != nil {
 		return err
 	}
 	info, err := mgr.Ensure(ctx, topic)
@@ -335,7 +376,7 @@ func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 	recovering := m.recoverTopics[topic]
 	delete(m.recoverTopics, topic)
 	m.mu.Unlock()
-	if m.c.getJSON(topicKey(name, topic), &tr) {
+	if ReadRecord(m.cfg.Store, topicKey(name, topic), &tr) {
 		if tr.SourceTopicID != srcID && srcID != (topicID{}) && recovering {
 			r := reason.New(reason.SourceTopicRecreatedRealignFailed, "source topic %q was recreated (topic id %s, mirrored %s): a recover cannot re-align it, as the destination holds the old topic's records at the offsets the new one reuses; the destination topic must be recreated to mirror the new source topic: recover with recreate (kmirror recover --recreate) does it, and the destination's records are lost",
 				topic, info.SourceTopicID, tr.SourceTopicID)
@@ -347,14 +388,14 @@ func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 			// gone: mirror into the new one from its end.
 			m.log.Warn("recover: mirroring into the recreated destination topic", "topic", topic, "topic_id", dstID)
 			tr.DestinationTopicID = dstID
-			if err := m.c.putJSON(ctx, topicKey(name, topic), tr); err != nil {
+			if err := WriteRecord(ctx, m.cfg.Store, topicKey(name, topic), tr); err != nil {
 				return err
 			}
 		}
 		if tr.SourceTopicID != srcID && srcID != (topicID{}) {
 			r := reason.New(reason.SourceTopicRecreated, "source topic %q was recreated (topic id %s, mirrored %s): its offsets no longer match the destination's; recover the topic to mirror it again",
 				topic, info.SourceTopicID, tr.SourceTopicID)
-			for _, pr := range m.persistedPartitions(topic) {
+			for _, pr := range persistedPartitions(m.cfg.Store, m.rec.Spec.Name, topic) {
 				if pr.State == partition.Failed && pr.ReasonCode == reason.SourceTopicRecreatedRealignFailed {
 					r = pr.why() // a recover said so already
 					break
@@ -373,16 +414,16 @@ func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 		default:
 			// A record from before destination ids were kept.
 			tr.DestinationTopicID = dstID
-			if err := m.c.putJSON(ctx, topicKey(name, topic), tr); err != nil {
+			if err := WriteRecord(ctx, m.cfg.Store, topicKey(name, topic), tr); err != nil {
 				return err
 			}
 		}
-	} else if err := m.c.putJSON(ctx, topicKey(name, topic), topicRecord{SourceTopicID: srcID, DestinationTopicID: dstID}); err != nil {
+	} else if err := WriteRecord(ctx, m.cfg.Store, topicKey(name, topic), topicRecord{SourceTopicID: srcID, DestinationTopicID: dstID}); err != nil {
 		return err
 	}
 	if info.PartitionsAdded > 0 {
 		m.log.Info("destination partitions added", "topic", topic, "added", info.PartitionsAdded)
-		m.c.writer.Meta().Invalidate(topic)
+		m.cfg.Writer.Meta().Invalidate(topic)
 		source.meta.Invalidate(topic)
 	}
 	keyed := info.SourceCompacted()
@@ -403,13 +444,13 @@ func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 		m.mu.Unlock()
 		cfg := partition.Config{
 			Mirror: name, TP: tp, ProducerID: m.rec.ProducerID, Epoch: m.rec.Epoch, KeyedPad: keyed,
-			Fetcher: f, Source: source, Writer: m.c.writer, Checkpoints: checkpoints{m.c, name}, Producers: ownedProducers{m.c}, Fillers: m.c.cfg.Fillers,
-			HangingAfter: m.c.cfg.HangingTxnAfter, Recovering: recovering, Base: m.failbackBase(tp), TxnTimeout: m.txnTimeoutNow(),
+			Fetcher: f, Source: source, Writer: m.cfg.Writer, Checkpoints: checkpoints{m.cfg.Store, name}, Producers: ownedProducers{m.cfg.Store, m.cfg.Logger}, Fillers: m.cfg.Fillers,
+			HangingAfter: m.cfg.HangingTxnAfter, Recovering: recovering, Base: m.failbackBase(tp), TxnTimeout: m.txnTimeoutNow(),
 			OnChange: func(st partition.Status) { m.persistPartition(ctx, tp, st) },
 			Logger:   m.log.Named("partition"),
 		}
 		var pr partitionRecord
-		persisted := m.c.getJSON(partitionKey(name, tp), &pr)
+		persisted := ReadRecord(m.cfg.Store, partitionKey(name, tp), &pr)
 		if persisted && m.restorePartition(tp, cfg, pr) {
 			// Failed, paused and stopped partitions stay so across
 			// restarts until an operation moves them; a failover stop
@@ -452,7 +493,7 @@ func (m *mirror) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 
 // failTopic stops every partition of topic and marks it FAILED with r,
 // persisted, so that a restart does not resume it either.
-func (m *mirror) failTopic(ctx context.Context, topic string, partitions int32, r reason.Error) {
+func (m *Runner) failTopic(ctx context.Context, topic string, partitions int32, r reason.Error) {
 	for p := int32(0); p < partitions; p++ {
 		tp := fetcher.TP{Topic: topic, Partition: p}
 		m.mu.Lock()
@@ -480,7 +521,7 @@ func (m *mirror) failTopic(ctx context.Context, topic string, partitions int32, 
 	}
 }
 
-func (m *mirror) persistPartition(ctx context.Context, tp fetcher.TP, st partition.Status) {
+func (m *Runner) persistPartition(ctx context.Context, tp fetcher.TP, st partition.Status) {
 	rec := partitionRecord{State: st.State, Reason: st.Reason, ReasonCode: st.ReasonCode, LastMirroredOffset: st.LastMirrored}
 	switch st.State {
 	case partition.Stopping:
@@ -492,29 +533,30 @@ func (m *mirror) persistPartition(ctx context.Context, tp fetcher.TP, st partiti
 		rec.StopMode = m.stoppedBy[tp]
 		m.mu.Unlock()
 	}
-	if err := m.c.putJSON(ctx, partitionKey(m.rec.Spec.Name, tp), rec); err != nil && !errors.Is(err, context.Canceled) {
+	if err := WriteRecord(ctx, m.cfg.Store, partitionKey(m.rec.Spec.Name, tp), rec); err != nil && !errors.Is(err, context.Canceled) {
 		m.log.Error("persisting partition state", "partition", tp.String(), "error", err)
 	}
 }
 
-func (m *mirror) status() MirrorStatus {
+// Status is the mirror as describe shows it.
+func (m *Runner) Status() mirrorapi.Mirror {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	st := MirrorStatus{Name: m.spec.Name, Source: kafkaconn.Redact(m.spec.Source), TopicRegex: slices.Clone(m.spec.TopicRegex), Error: m.err, Warnings: slices.Clone(m.warnings), StateCounts: map[partition.State]int{}, Sync: m.sync.Status()}
+	st := mirrorapi.Mirror{Name: m.spec.Name, Source: kafkaconn.Redact(m.spec.Source), TopicRegex: slices.Clone(m.spec.TopicRegex), Error: m.err, Warnings: slices.Clone(m.warnings), StateCounts: map[partition.State]int{}, Sync: m.sync.Status()}
 	m.settingsLocked(&st)
 	if m.fetch != nil {
 		st.BufferedBytes = m.fetch.Buffered()
 	}
 	m.throttleStatusLocked(&st)
-	byTopic := map[string]*TopicStatus{}
+	byTopic := map[string]*mirrorapi.Topic{}
 	for _, t := range m.spec.Topics {
 		ro := m.ro[t]
-		byTopic[t] = &TopicStatus{Name: t, Error: m.topicErrs[t], ErrorCode: m.topicErrCodes[t], ReadOnlyEnforced: ro.enforced, ReadOnlyReason: ro.reason, Failback: m.failbackStatus(t)}
+		byTopic[t] = &mirrorapi.Topic{Name: t, Error: m.topicErrs[t], ErrorCode: m.topicErrCodes[t], ReadOnlyEnforced: ro.enforced, ReadOnlyReason: ro.reason, Failback: m.failbackStatus(t)}
 		if f := m.fenced[t]; f.reason != "" {
 			st.Warnings = append(st.Warnings, fmt.Sprintf("topic %s: promote: %s", t, f.reason))
 		}
 	}
-	if c := m.c.roStatusNow(); c != nil && c.Authorizer && !c.SuperUser {
+	if c := m.cfg.ReadOnly.Last(); c != nil && c.Authorizer && !c.SuperUser {
 		st.Warnings = append(st.Warnings, "mirror topics are not read-only: "+c.Reason)
 	}
 
@@ -545,26 +587,10 @@ func (m *mirror) status() MirrorStatus {
 // txnTimeoutNow is the timeout of the destination transactions of the
 // partitions started now: the last preflight's choice (zero before the
 // first: partition.New's default).
-func (m *mirror) txnTimeoutNow() time.Duration {
+func (m *Runner) txnTimeoutNow() time.Duration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.txnTimeout
-}
-
-// checkpoints keeps partition alignments in the state topic.
-type checkpoints struct {
-	c      *Coordinator
-	mirror string
-}
-
-func (k checkpoints) Alignment(tp fetcher.TP) (partition.Alignment, bool) {
-	var a partition.Alignment
-	ok := k.c.getJSON(alignmentKey(k.mirror, tp), &a)
-	return a, ok
-}
-
-func (k checkpoints) SaveAlignment(ctx context.Context, tp fetcher.TP, a partition.Alignment) error {
-	return k.c.putJSON(ctx, alignmentKey(k.mirror, tp), a)
 }
 
 // sourceReader is what a partition mirror reads of its source cluster.
@@ -584,7 +610,7 @@ func (s sourceReader) ReadAt(ctx context.Context, tp fetcher.TP, offset int64, m
 // settingsLocked puts the mirror's settings into st with the defaults they
 // stand for resolved, so that describe says what the agent does and a client
 // (the Terraform provider) can compare them with what it declared.
-func (m *mirror) settingsLocked(st *MirrorStatus) {
+func (m *Runner) settingsLocked(st *mirrorapi.Mirror) {
 	st.SourceClusterID = m.sourceClusterID
 	eff := m.spec.WithDefaults()
 	st.TopicConfigExclude, st.GroupsInclude, st.GroupsExclude, st.ACLInclude = eff.TopicConfigExclude, eff.GroupsInclude, eff.GroupsExclude, eff.ACLInclude

@@ -1,4 +1,4 @@
-package coordinator
+package mirror
 
 // Recover with recreate: a FAILED topic whose destination cannot be
 // re-aligned (a recreated source topic, a destination that lost records or
@@ -22,7 +22,7 @@ import (
 
 // recreateTopic recreates topic on the destination and restarts the
 // partitions of targets that belong to it.
-func (m *mirror) recreateTopic(ctx context.Context, topic string, targets []target) error {
+func (m *Runner) recreateTopic(ctx context.Context, topic string, targets []target) error {
 	m.mu.Lock()
 	m.recreating[topic] = true
 	m.mu.Unlock()
@@ -42,20 +42,19 @@ func (m *mirror) recreateTopic(ctx context.Context, topic string, targets []targ
 			return fmt.Errorf("recover with recreate of topic %q: partition %d did not halt within 12s; nothing was deleted, try again", topic, tg.tp.Partition)
 		}
 	}
-	c := m.c
-	tds, err := c.dstAdm.ListTopics(ctx, topic)
+	tds, err := m.cfg.Admin.ListTopics(ctx, topic)
 	if err != nil {
 		return fmt.Errorf("recover with recreate of topic %q: reading the destination topic: %w", topic, err)
 	}
 	if td, ok := tds[topic]; ok && td.Err == nil {
-		configs, err := topicOverrides(ctx, c.dstAdm, topic)
+		configs, err := topicOverrides(ctx, m.cfg.Admin, topic)
 		if err != nil {
 			return fmt.Errorf("recover with recreate of topic %q: reading its configs: %w", topic, err)
 		}
-		if err := c.deleteDestinationTopic(ctx, topic); err != nil {
+		if err := deleteDestinationTopic(ctx, m.cfg, topic); err != nil {
 			return fmt.Errorf("recover with recreate of topic %q: %w", topic, err)
 		}
-		resp, err := c.dstAdm.CreateTopic(ctx, int32(len(td.Partitions)), -1, configs, topic)
+		resp, err := m.cfg.Admin.CreateTopic(ctx, int32(len(td.Partitions)), -1, configs, topic)
 		if err == nil {
 			err = resp.Err
 		}
@@ -69,24 +68,24 @@ func (m *mirror) recreateTopic(ctx context.Context, topic string, targets []targ
 	// What the agent knew of the old destination topic no longer holds:
 	// its ids, where its logs were cut, where a failback took it over.
 	prefix := "alignment/" + m.rec.Spec.Name + "/" + topic + "/"
-	for k := range c.store.All() {
+	for k := range m.cfg.Store.All() {
 		if strings.HasPrefix(k, prefix) {
-			if err := c.store.Put(ctx, k, nil); err != nil {
+			if err := m.cfg.Store.Put(ctx, k, nil); err != nil {
 				return fmt.Errorf("recover with recreate of topic %q: %w", topic, err)
 			}
 		}
 	}
-	if err := c.store.Put(ctx, topicKey(m.rec.Spec.Name, topic), nil); err != nil {
+	if err := m.cfg.Store.Put(ctx, topicKey(m.rec.Spec.Name, topic), nil); err != nil {
 		return fmt.Errorf("recover with recreate of topic %q: %w", topic, err)
 	}
 	var fb failbackRecord
-	if c.getJSON(failbackKey(m.rec.Spec.Name, topic), &fb) {
+	if ReadRecord(m.cfg.Store, failbackKey(m.rec.Spec.Name, topic), &fb) {
 		fb.Recreated = true
 		for p, fp := range fb.Partitions {
 			fp.Base = 0
 			fb.Partitions[p] = fp
 		}
-		if err := c.putJSON(ctx, failbackKey(m.rec.Spec.Name, topic), fb); err != nil {
+		if err := WriteRecord(ctx, m.cfg.Store, failbackKey(m.rec.Spec.Name, topic), fb); err != nil {
 			return fmt.Errorf("recover with recreate of topic %q: %w", topic, err)
 		}
 	}

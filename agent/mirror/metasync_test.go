@@ -1,4 +1,4 @@
-package coordinator
+package mirror
 
 import (
 	"testing"
@@ -11,7 +11,7 @@ import (
 // mirrorapi's table, so a kind added there is given a loop here or said to
 // be recorded elsewhere; only partition growth is (by syncTopics).
 func TestSyncRunsEveryKind(t *testing.T) {
-	runs := (&mirror{}).syncRuns(nil, nil, nil)
+	runs := (&Runner{}).syncRuns(nil, nil, nil)
 	for _, k := range mirrorapi.SyncKinds() {
 		run, ok := runs[k]
 		switch {

@@ -1,4 +1,4 @@
-package coordinator
+package mirror
 
 // Metadata sync (DESIGN §5): while a mirror is connected to its source, each
 // kind (topic configs, consumer-group offsets, ACLs) runs in a loop of its
@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -35,22 +36,22 @@ const finalSyncTimeout = 5 * time.Second
 
 // interval is the mirror's metadata refresh interval: its spec's, else the
 // agent's.
-func (m *mirror) interval() time.Duration {
+func (m *Runner) interval() time.Duration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.intervalLocked()
 }
 
 // intervalLocked is interval with m.mu held.
-func (m *mirror) intervalLocked() time.Duration {
+func (m *Runner) intervalLocked() time.Duration {
 	if ms := m.spec.MetadataRefreshIntervalMs; ms > 0 {
 		return time.Duration(ms) * time.Millisecond
 	}
-	return m.c.cfg.RefreshInterval
+	return m.cfg.RefreshInterval
 }
 
 // kickSync makes every sync loop run at once (a spec changed).
-func (m *mirror) kickSync() {
+func (m *Runner) kickSync() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	close(m.syncKick)
@@ -59,11 +60,11 @@ func (m *mirror) kickSync() {
 
 // runSync runs the sync loop of each kind that has one (syncRuns) against
 // src until ctx ends.
-func (m *mirror) runSync(ctx context.Context, src *kgo.Client) {
+func (m *Runner) runSync(ctx context.Context, src *kgo.Client) {
 	srcAdm := kadm.NewClient(src)
-	configs := metasync.NewConfigs(srcAdm, m.c.dstAdm, m.log.Named("configs"))
-	groups := metasync.NewGroups(srcAdm, m.c.dstAdm, m.log.Named("groups"))
-	acls := metasync.NewACLs(src, m.c.dst, aclStore{m.c, m.rec.Spec.Name}, m.log.Named("acls"))
+	configs := metasync.NewConfigs(srcAdm, m.cfg.Admin, m.log.Named("configs"))
+	groups := metasync.NewGroups(srcAdm, m.cfg.Admin, m.log.Named("groups"))
+	acls := metasync.NewACLs(src, m.cfg.Destination, aclStore{m.cfg.Store, m.cfg.Logger, m.rec.Spec.Name}, m.log.Named("acls"))
 	var wg sync.WaitGroup
 	for kind, run := range m.syncRuns(configs, groups, acls) {
 		if run != nil {
@@ -79,7 +80,7 @@ type syncRun func(context.Context, mirrorspec.Spec) (metasync.Result, error)
 // syncRuns are the runs of the sync loops, keyed by every kind of
 // mirrorapi.SyncKinds (TestSyncRunsEveryKind holds it to that): a kind
 // without a loop of its own has a nil run and says where it is recorded.
-func (m *mirror) syncRuns(configs *metasync.Configs, groups *metasync.Groups, acls *metasync.ACLs) map[metasync.Kind]syncRun {
+func (m *Runner) syncRuns(configs *metasync.Configs, groups *metasync.Groups, acls *metasync.ACLs) map[metasync.Kind]syncRun {
 	return map[metasync.Kind]syncRun{
 		// Partition growth is done and recorded by syncTopics, with
 		// the topic sync.
@@ -104,7 +105,7 @@ func (m *mirror) syncRuns(configs *metasync.Configs, groups *metasync.Groups, ac
 	}
 }
 
-func (m *mirror) syncLoop(ctx context.Context, kind metasync.Kind, run syncRun) {
+func (m *Runner) syncLoop(ctx context.Context, kind metasync.Kind, run syncRun) {
 	for {
 		m.mu.Lock()
 		spec, kick := m.spec, m.syncKick
@@ -113,7 +114,7 @@ func (m *mirror) syncLoop(ctx context.Context, kind metasync.Kind, run syncRun) 
 		// The writer lease (Config.Gate) is checked before every sync
 		// run, as before every other write: an agent that lost it, or
 		// was frozen past it, syncs nothing more.
-		err := m.c.gate()
+		err := m.cfg.gate()
 		if err == nil {
 			rctx, cancel := context.WithTimeout(ctx, syncTimeout)
 			res, err = run(rctx, spec)
@@ -134,7 +135,7 @@ func (m *mirror) syncLoop(ctx context.Context, kind metasync.Kind, run syncRun) 
 
 // recordSync records a sync's outcome for describe and metrics, logging a
 // failure when it starts or changes and a recovery once.
-func (m *mirror) recordSync(kind metasync.Kind, res metasync.Result, err error) {
+func (m *Runner) recordSync(kind metasync.Kind, res metasync.Result, err error) {
 	if !m.sync.Record(kind, res, err, time.Now()) {
 		return
 	}
@@ -148,7 +149,7 @@ func (m *mirror) recordSync(kind metasync.Kind, res metasync.Result, err error) 
 // liveTopics are spec's topics that still mirror: some partition known and
 // not STOPPING or STOPPED. A stopped topic is an ordinary destination topic:
 // its configs no longer follow the source.
-func (m *mirror) liveTopics(spec mirrorspec.Spec) []string {
+func (m *Runner) liveTopics(spec mirrorspec.Spec) []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	live := map[string]bool{}
@@ -170,7 +171,7 @@ func (m *mirror) liveTopics(spec mirrorspec.Spec) []string {
 // MIRRORING or PAUSED, where the destination holds the source's records at
 // the same offsets. Other states are either not there yet or, STOPPED, the
 // destination's own (a stop syncs them one last time).
-func (m *mirror) groupPartitions(spec mirrorspec.Spec) map[string][]int32 {
+func (m *Runner) groupPartitions(spec mirrorspec.Spec) map[string][]int32 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := map[string][]int32{}
@@ -184,7 +185,7 @@ func (m *mirror) groupPartitions(spec mirrorspec.Spec) map[string][]int32 {
 
 // recordPartitionSync records the outcome of a topic sync as the partitions
 // kind: growth happens there (topics.Manager.Ensure).
-func (m *mirror) recordPartitionSync(topics []string) {
+func (m *Runner) recordPartitionSync(topics []string) {
 	m.mu.Lock()
 	var errs []error
 	items := 0
@@ -211,7 +212,7 @@ func (m *mirror) recordPartitionSync(topics []string) {
 // partitions that arrive meanwhile go in the next, so that stopping a
 // topic of many partitions reads the groups twice rather than once per
 // partition.
-func (m *mirror) finalGroupSync(ctx context.Context, tp fetcher.TP) {
+func (m *Runner) finalGroupSync(ctx context.Context, tp fetcher.TP) {
 	done := make(chan struct{})
 	m.final.mu.Lock()
 	if m.final.pending == nil {
@@ -245,7 +246,7 @@ type finalSyncs struct {
 }
 
 // runFinalSyncs runs final group syncs until none is pending.
-func (m *mirror) runFinalSyncs() {
+func (m *Runner) runFinalSyncs() {
 	for {
 		m.final.mu.Lock()
 		parts, waiters := m.final.pending, m.final.waiters
@@ -265,7 +266,7 @@ func (m *mirror) runFinalSyncs() {
 
 // syncGroupsNow syncs the group offsets of parts, within the bound of a
 // stop's final sync.
-func (m *mirror) syncGroupsNow(parts map[string][]int32) {
+func (m *Runner) syncGroupsNow(parts map[string][]int32) {
 	m.mu.Lock()
 	src, spec := m.source, m.spec
 	m.mu.Unlock()
@@ -277,9 +278,9 @@ func (m *mirror) syncGroupsNow(parts map[string][]int32) {
 	if err != nil {
 		return // Validate refused it already
 	}
-	ctx, cancel := context.WithTimeout(m.ctx, min(finalSyncTimeout, m.c.cfg.StopTimeout/4))
+	ctx, cancel := context.WithTimeout(m.ctx, min(finalSyncTimeout, m.cfg.StopTimeout/4))
 	defer cancel()
-	res, err := metasync.NewGroups(kadm.NewClient(src.cl), m.c.dstAdm, m.log.Named("groups")).Sync(ctx, f, parts)
+	res, err := metasync.NewGroups(kadm.NewClient(src.cl), m.cfg.Admin, m.log.Named("groups")).Sync(ctx, f, parts)
 	if err != nil {
 		m.sync.Record(metasync.KindGroups, metasync.Result{}, fmt.Errorf("at the stop of %v: %w", parts, err), time.Now())
 		m.log.Warn("stop: the final consumer group offset sync failed; offsets stay as last synced", "partitions", parts, "error", err)
@@ -292,7 +293,8 @@ func (m *mirror) syncGroupsNow(parts map[string][]int32) {
 // state topic, one record each (acl/MIRROR/KEY), so that a restarted agent
 // deletes them when they go from the source, and nothing else.
 type aclStore struct {
-	c      *Coordinator
+	store  Store
+	log    hclog.Logger
 	mirror string
 }
 
@@ -300,13 +302,13 @@ func (s aclStore) prefix() string { return "acl/" + s.mirror + "/" }
 
 func (s aclStore) Owned() []metasync.ACL {
 	var out []metasync.ACL
-	for k, v := range s.c.store.All() {
+	for k, v := range s.store.All() {
 		if !strings.HasPrefix(k, s.prefix()) {
 			continue
 		}
 		var a metasync.ACL
 		if err := json.Unmarshal(v, &a); err != nil {
-			s.c.log.Error("skipping an unreadable ACL record", "key", k, "error", err)
+			s.log.Error("skipping an unreadable ACL record", "key", k, "error", err)
 			continue
 		}
 		out = append(out, a)
@@ -315,9 +317,9 @@ func (s aclStore) Owned() []metasync.ACL {
 }
 
 func (s aclStore) Own(ctx context.Context, a metasync.ACL) error {
-	return s.c.putJSON(ctx, s.prefix()+a.Key(), a)
+	return WriteRecord(ctx, s.store, s.prefix()+a.Key(), a)
 }
 
 func (s aclStore) Disown(ctx context.Context, a metasync.ACL) error {
-	return s.c.store.Put(ctx, s.prefix()+a.Key(), nil)
+	return s.store.Put(ctx, s.prefix()+a.Key(), nil)
 }

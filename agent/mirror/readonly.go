@@ -1,8 +1,8 @@
-package coordinator
+package mirror
 
-// Read-only mirror topics (DESIGN §4): the coordinator checks once at start
+// Read-only mirror topics (DESIGN §4): the agent checks once at start
 // whether the destination has an authorizer and the agent is a super user
-// there (readonly.Enforcer.Check); every mirror topic then gets a DENY WRITE
+// there (ReadOnly.Check); every mirror topic then gets a DENY WRITE
 // ACL for User:* at its first sync, kept while it mirrors or is paused, and
 // released when every partition of the topic is STOPPED. Where that cannot
 // be done, describe says read_only_enforced=false with the reason; foreign
@@ -14,7 +14,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/partition"
@@ -31,70 +34,99 @@ type roState struct {
 	reason   string
 }
 
-// checkReadOnly runs readonly.Check against the destination and remembers
-// its result; an inconclusive check is remembered as an error and retried
-// later by readOnlyStatus.
-func (c *Coordinator) checkReadOnly(ctx context.Context) {
-	st, err := c.ro.Check(ctx)
-	c.roMu.Lock()
-	defer c.roMu.Unlock()
-	c.roCheckedAt = time.Now()
+// ReadOnly makes mirror topics read-only on the destination: it holds the
+// destination's readonly.Enforcer and the result of its Check, which every
+// runner of the agent consults.
+type ReadOnly struct {
+	enf *readonly.Enforcer
+	log hclog.Logger
+
+	mu        sync.Mutex
+	status    *readonly.Status // nil until a check concluded
+	err       string           // why the last check did not conclude
+	checkedAt time.Time
+}
+
+// NewReadOnly returns the read-only enforcement of the destination enf
+// works on; nothing is checked until Check.
+func NewReadOnly(enf *readonly.Enforcer, log hclog.Logger) *ReadOnly {
+	return &ReadOnly{enf: enf, log: log}
+}
+
+// Check runs readonly.Check against the destination and remembers its
+// result; an inconclusive check is remembered as an error and retried later
+// by Status.
+func (ro *ReadOnly) Check(ctx context.Context) {
+	st, err := ro.enf.Check(ctx)
+	ro.mu.Lock()
+	defer ro.mu.Unlock()
+	ro.checkedAt = time.Now()
 	if err != nil {
-		c.roErr = err.Error()
-		c.log.Warn("read-only mirror topics: the check of the destination did not conclude; retrying later", "error", err)
+		ro.err = err.Error()
+		ro.log.Warn("read-only mirror topics: the check of the destination did not conclude; retrying later", "error", err)
 		return
 	}
-	c.roStatus, c.roErr = &st, ""
+	ro.status, ro.err = &st, ""
 	switch {
 	case st.Leftover != "":
-		c.log.Warn("read-only mirror topics: the check left something behind on the destination; delete it by hand", "leftover", st.Leftover)
+		ro.log.Warn("read-only mirror topics: the check left something behind on the destination; delete it by hand", "leftover", st.Leftover)
 	}
 	switch {
 	case st.Enforceable():
-		c.log.Info("read-only mirror topics: enforced (the destination has an authorizer and the agent is a super user)")
+		ro.log.Info("read-only mirror topics: enforced (the destination has an authorizer and the agent is a super user)")
 	case st.Authorizer:
-		c.log.Warn("read-only mirror topics: NOT enforced", "reason", st.Reason)
+		ro.log.Warn("read-only mirror topics: NOT enforced", "reason", st.Reason)
 	default:
-		c.log.Info("read-only mirror topics: not enforced", "reason", st.Reason)
+		ro.log.Info("read-only mirror topics: not enforced", "reason", st.Reason)
 	}
 }
 
-// roStatusNow is the last concluded Check, nil before one.
-func (c *Coordinator) roStatusNow() *readonly.Status {
-	c.roMu.Lock()
-	defer c.roMu.Unlock()
-	return c.roStatus
+// Last is the last concluded Check, nil before one.
+func (ro *ReadOnly) Last() *readonly.Status {
+	ro.mu.Lock()
+	defer ro.mu.Unlock()
+	return ro.status
 }
 
-// readOnlyStatus returns the destination's Check result, checking again
-// when the last check did not conclude and recheckReadOnlyEvery has passed;
-// ok is false when no check has concluded yet, and reason then says why.
-func (c *Coordinator) readOnlyStatus(ctx context.Context) (st readonly.Status, ok bool, reason string) {
-	c.roMu.Lock()
-	s, at := c.roStatus, c.roCheckedAt
-	c.roMu.Unlock()
+// Status returns the destination's Check result, checking again when the
+// last check did not conclude and recheckReadOnlyEvery has passed; ok is
+// false when no check has concluded yet, and reason then says why.
+func (ro *ReadOnly) Status(ctx context.Context) (st readonly.Status, ok bool, reason string) {
+	ro.mu.Lock()
+	s, at := ro.status, ro.checkedAt
+	ro.mu.Unlock()
 	if s == nil && time.Since(at) >= recheckReadOnlyEvery {
-		c.checkReadOnly(ctx)
+		ro.Check(ctx)
 	}
-	c.roMu.Lock()
-	defer c.roMu.Unlock()
-	if c.roStatus == nil {
-		return readonly.Status{}, false, "the check whether the agent can make mirror topics read-only did not conclude (" + c.roErr + "); retrying"
+	ro.mu.Lock()
+	defer ro.mu.Unlock()
+	if ro.status == nil {
+		return readonly.Status{}, false, "the check whether the agent can make mirror topics read-only did not conclude (" + ro.err + "); retrying"
 	}
-	return *c.roStatus, true, ""
+	return *ro.status, true, ""
+}
+
+// Enforce makes topic read-only (readonly.Enforcer.Enforce).
+func (ro *ReadOnly) Enforce(ctx context.Context, topic string) (bool, error) {
+	return ro.enf.Enforce(ctx, topic)
+}
+
+// Release makes topic writable again (readonly.Enforcer.Release).
+func (ro *ReadOnly) Release(ctx context.Context, topic string) error {
+	return ro.enf.Release(ctx, topic)
 }
 
 // enforceReadOnly makes topic read-only unless it already is, and records
 // the outcome for describe. It is called at each topic sync of a topic that
 // is not STOPPED, and does nothing once the ACL was created.
-func (m *mirror) enforceReadOnly(ctx context.Context, topic string) {
+func (m *Runner) enforceReadOnly(ctx context.Context, topic string) {
 	m.mu.Lock()
 	cur := m.ro[topic]
 	m.mu.Unlock()
 	if cur.enforced {
 		return
 	}
-	st, ok, reason := m.c.readOnlyStatus(ctx)
+	st, ok, reason := m.cfg.ReadOnly.Status(ctx)
 	next := roState{reason: reason}
 	switch {
 	case !ok:
@@ -103,7 +135,7 @@ func (m *mirror) enforceReadOnly(ctx context.Context, topic string) {
 		// would lock the agent out of its own topic.
 		next.reason = st.Reason
 	default:
-		enforced, err := m.c.ro.Enforce(ctx, topic)
+		enforced, err := m.cfg.ReadOnly.Enforce(ctx, topic)
 		switch {
 		case err != nil:
 			next.reason = fmt.Sprintf("creating the DENY WRITE ACL failed (retrying): %v", err)
@@ -131,21 +163,19 @@ func (m *mirror) enforceReadOnly(ctx context.Context, topic string) {
 // releaseReadOnly removes topic's DENY WRITE ACL, once per run of the
 // mirror unless it fails; it is called when every partition of the topic
 // is STOPPED.
-func (m *mirror) releaseReadOnly(ctx context.Context, topic string) {
+func (m *Runner) releaseReadOnly(ctx context.Context, topic string) {
 	m.mu.Lock()
 	done := m.roReleased[topic]
 	m.mu.Unlock()
 	if done {
 		return
 	}
-	m.c.roMu.Lock()
-	st := m.c.roStatus
-	m.c.roMu.Unlock()
+	st := m.cfg.ReadOnly.Last()
 	if st == nil || st.Authorizer {
 		// (With no authorizer there is no ACL to remove. Otherwise try,
 		// even when this agent is no super user: an earlier one may
 		// have created it.)
-		if err := m.c.ro.Release(ctx, topic); err != nil {
+		if err := m.cfg.ReadOnly.Release(ctx, topic); err != nil {
 			m.log.Error("stopped topic: removing its DENY WRITE ACL failed; retrying at the next topic sync", "topic", topic, "error", err)
 			m.mu.Lock()
 			m.ro[topic] = roState{reason: fmt.Sprintf("the topic is STOPPED but removing its DENY WRITE ACL failed (retrying): %v", err)}
@@ -164,7 +194,7 @@ func (m *mirror) releaseReadOnly(ctx context.Context, topic string) {
 // stopping (which is about to be) is STOPPED, and says whether every one
 // is. finishStop calls it before it shows the last partition STOPPED, under
 // stopMu: a topic whose partitions all read STOPPED is writable.
-func (m *mirror) releaseIfStopped(topic string, stopping fetcher.TP) {
+func (m *Runner) releaseIfStopped(topic string, stopping fetcher.TP) {
 	ctx, cancel := context.WithTimeout(m.ctx, 15*time.Second)
 	defer cancel()
 	tps, err := m.partitionsOf(ctx, topic)
