@@ -11,7 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -40,6 +40,144 @@ const (
 
 // ErrUnknownTopic is returned for a topic the mirror does not mirror.
 var ErrUnknownTopic = errors.New("unknown topic")
+
+// lifecycle is what the lifecycle operations keep of a mirror's partitions
+// between the calls that move them: how those being stopped stop and how
+// those stopped stopped, the deadlines of promotes, and what a recover
+// cleared until its next start. It calls nothing, so the runner may call it
+// with its own lock held.
+type lifecycle struct {
+	// ends serializes the end of partition stops (Runner.finishStop), so
+	// that the last partition of a topic to stop sees the others STOPPED.
+	ends sync.Mutex
+
+	mu        sync.Mutex
+	stopModes map[fetcher.TP]StopMode  // stops under way
+	stoppedBy map[fetcher.TP]StopMode  // how STOPPED partitions stopped (describe's stop_mode)
+	promoteBy map[fetcher.TP]time.Time // promote deadlines
+	// recovering: partitions and topics a recover cleared, until their
+	// next start.
+	recoverTPs    map[fetcher.TP]bool
+	recoverTopics map[string]bool
+}
+
+func newLifecycle() *lifecycle {
+	return &lifecycle{
+		stopModes: map[fetcher.TP]StopMode{}, stoppedBy: map[fetcher.TP]StopMode{}, promoteBy: map[fetcher.TP]time.Time{},
+		recoverTPs: map[fetcher.TP]bool{}, recoverTopics: map[string]bool{},
+	}
+}
+
+// stopping records that a stop of tp in mode is under way.
+func (l *lifecycle) stopping(tp fetcher.TP, mode StopMode) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopModes[tp] = mode
+}
+
+// stopMode is the mode of tp's stop under way; ok is false when none is.
+func (l *lifecycle) stopMode(tp fetcher.TP) (mode StopMode, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	mode, ok = l.stopModes[tp]
+	return mode, ok
+}
+
+// stopped records how tp stopped; its stop stays under way until endStop.
+func (l *lifecycle) stopped(tp fetcher.TP, mode StopMode) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stoppedBy[tp] = mode
+}
+
+// endStop records that tp's stop is over.
+func (l *lifecycle) endStop(tp fetcher.TP) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.stopModes, tp)
+}
+
+// modeOf is the stop mode describe and the partition record show for tp in
+// state: how it stops while STOPPING, how it stopped once STOPPED.
+func (l *lifecycle) modeOf(tp fetcher.TP, state partition.State) StopMode {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch state {
+	case partition.Stopping:
+		return l.stopModes[tp]
+	case partition.Stopped:
+		return l.stoppedBy[tp]
+	}
+	return ""
+}
+
+// newPromote records a promote of tp asked now, which gives up at
+// deadline.
+func (l *lifecycle) newPromote(tp fetcher.TP, deadline time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopModes[tp] = StopPromote
+	l.promoteBy[tp] = deadline
+}
+
+// promoteDeadline records that tp's promote waits now and returns its
+// deadline: the one it was asked with, else (a promote resumed after a
+// restart) fallback.
+func (l *lifecycle) promoteDeadline(tp fetcher.TP, fallback time.Time) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopModes[tp] = StopPromote
+	deadline, ok := l.promoteBy[tp]
+	if !ok {
+		deadline = fallback
+		l.promoteBy[tp] = deadline
+	}
+	return deadline
+}
+
+// endPromote records that tp's promote ended without a stop (the
+// partition failed, or the promote timed out).
+func (l *lifecycle) endPromote(tp fetcher.TP) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.stopModes, tp)
+	delete(l.promoteBy, tp)
+}
+
+// promoted records that tp's promote stopped it.
+func (l *lifecycle) promoted(tp fetcher.TP) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.promoteBy, tp)
+}
+
+// recovering records that a recover cleared tp.
+func (l *lifecycle) recovering(tp fetcher.TP) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recoverTPs[tp] = true
+	l.recoverTopics[tp.Topic] = true
+}
+
+// takeRecovering says whether a recover cleared tp since its last start,
+// and forgets it.
+func (l *lifecycle) takeRecovering(tp fetcher.TP) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.recoverTPs[tp]
+	delete(l.recoverTPs, tp)
+	return r
+}
+
+// takeRecoveringTopic says whether a recover cleared a partition of topic
+// since the topic's last sync, and forgets it.
+func (l *lifecycle) takeRecoveringTopic(topic string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.recoverTopics[topic]
+	delete(l.recoverTopics, topic)
+	return r
+}
 
 // FenceRequest is what SourceFence.Fence fences.
 type FenceRequest struct {
@@ -120,45 +258,68 @@ func (m *Runner) Plan(ctx context.Context, op partition.Op, topics []string) (*P
 		if err != nil {
 			return nil, err
 		}
-		states := map[partition.State]bool{}
-		for _, tp := range tps {
-			states[m.stateOf(tp)] = true
+		parts := make([]partitionState, len(tps))
+		for i, tp := range tps {
+			parts[i] = partitionState{tp: tp, state: m.stateOf(tp), stopMode: m.stopModeOf(tp)}
 		}
-		for _, tp := range tps {
-			from := m.stateOf(tp)
-			if (op == partition.OpRecover || op == partition.OpRecoverRecreate) && states[partition.Failed] && (from == partition.Initializing ||
-				from == partition.Preparing || from == partition.Mirroring || from == partition.Paused) {
-				if op == partition.OpRecoverRecreate {
-					// Recreating deletes the whole destination topic: the
-					// partitions that did not fail are mirrored again with
-					// the failed ones (recreateTopic halts them first).
-					p.targets = append(p.targets, target{tp: tp, from: from, to: partition.Initializing})
-				}
-				// A plain recover of a topic clears its failed
-				// partitions and leaves the others as they are.
-				continue
-			}
-			if op == partition.OpStopPromote && from == partition.Stopping && m.stopModeOf(tp) == StopPromote {
-				// Asked again (a terraform apply after its wait timed
-				// out): the promote under way goes on.
-				p.targets = append(p.targets, target{tp: tp, from: from, to: from})
-				continue
-			}
-			to, err := partition.Transition(from, op)
-			if err != nil {
-				var te *partition.TransitionError
-				if errors.As(err, &te) {
-					te.Subject = fmt.Sprintf("topic %s", t)
-					if len(states) > 1 {
-						te.Subject = fmt.Sprintf("topic %s partition %d", t, tp.Partition)
-					}
-				}
-				return nil, err
-			}
-			p.targets = append(p.targets, target{tp: tp, from: from, to: to})
+		targets, err := planTopic(op, t, parts)
+		if err != nil {
+			return nil, err
 		}
+		p.targets = append(p.targets, targets...)
 	}
 	return p, nil
+}
+
+// partitionState is a partition as Plan finds it.
+type partitionState struct {
+	tp       fetcher.TP
+	state    partition.State
+	stopMode StopMode // of a stop under way
+}
+
+// planTopic is the partitions of topic that op moves, and where to, or why
+// op is refused on one of them.
+func planTopic(op partition.Op, topic string, parts []partitionState) ([]target, error) {
+	states := map[partition.State]bool{}
+	for _, p := range parts {
+		states[p.state] = true
+	}
+	var targets []target
+	for _, p := range parts {
+		tp, from := p.tp, p.state
+		if (op == partition.OpRecover || op == partition.OpRecoverRecreate) && states[partition.Failed] && (from == partition.Initializing ||
+			from == partition.Preparing || from == partition.Mirroring || from == partition.Paused) {
+			if op == partition.OpRecoverRecreate {
+				// Recreating deletes the whole destination topic: the
+				// partitions that did not fail are mirrored again with
+				// the failed ones (recreateTopic halts them first).
+				targets = append(targets, target{tp: tp, from: from, to: partition.Initializing})
+			}
+			// A plain recover of a topic clears its failed
+			// partitions and leaves the others as they are.
+			continue
+		}
+		if op == partition.OpStopPromote && from == partition.Stopping && p.stopMode == StopPromote {
+			// Asked again (a terraform apply after its wait timed
+			// out): the promote under way goes on.
+			targets = append(targets, target{tp: tp, from: from, to: from})
+			continue
+		}
+		to, err := partition.Transition(from, op)
+		if err != nil {
+			var te *partition.TransitionError
+			if errors.As(err, &te) {
+				te.Subject = fmt.Sprintf("topic %s", topic)
+				if len(states) > 1 {
+					te.Subject = fmt.Sprintf("topic %s partition %d", topic, tp.Partition)
+				}
+			}
+			return nil, err
+		}
+		targets = append(targets, target{tp: tp, from: from, to: to})
+	}
+	return targets, nil
 }
 
 // Execute carries out p. Pause completes before it returns (it only halts
@@ -183,11 +344,8 @@ func (m *Runner) Execute(ctx context.Context, p *Plan) error {
 	done := make(chan struct{}, len(targets))
 	n := 0
 	for _, tg := range targets {
-		switch {
-		case tg.from == partition.Stopped,
-			tg.from == tg.to && op != partition.OpStopFailover,
-			op == partition.OpResume && tg.from != partition.Paused:
-			continue // already there
+		if alreadyThere(op, tg) {
+			continue
 		}
 		switch op {
 		case partition.OpPause:
@@ -280,136 +438,13 @@ func (m *Runner) fenceNote(topic string) string {
 	return ""
 }
 
-// kick makes the mirror look at its topics again at once.
-func (m *Runner) kick() {
-	select {
-	case m.refresh <- struct{}{}:
-	default:
-	}
-}
-
-// partitionsOf lists topic's partitions the agent knows: running or
-// persisted, or, when none is, those of the destination topic.
-func (m *Runner) partitionsOf(ctx context.Context, topic string) ([]fetcher.TP, error) {
-	set := map[int32]bool{}
-	m.mu.Lock()
-	for tp := range m.parts {
-		if tp.Topic == topic {
-			set[tp.Partition] = true
-		}
-	}
-	m.mu.Unlock()
-	for p := range persistedPartitions(m.cfg.Store, m.rec.Spec.Name, topic) {
-		set[p] = true
-	}
-	if len(set) == 0 {
-		tds, err := m.cfg.Admin.ListTopics(ctx, topic)
-		if err != nil {
-			return nil, fmt.Errorf("listing destination topic %q: %w", topic, err)
-		}
-		td, ok := tds[topic]
-		if !ok || td.Err != nil || len(td.Partitions) == 0 {
-			return nil, fmt.Errorf("topics: %q has no partitions on the destination yet (the mirror has not created it; see its error in describe): %w", topic, ErrUnknownTopic)
-		}
-		for p := range td.Partitions {
-			set[p] = true
-		}
-	}
-	out := make([]fetcher.TP, 0, len(set))
-	for p := range set {
-		out = append(out, fetcher.TP{Topic: topic, Partition: p})
-	}
-	slices.SortFunc(out, func(a, b fetcher.TP) int { return int(a.Partition - b.Partition) })
-	return out, nil
-}
-
-// stateOf is tp's state: its partition mirror's, else its persisted one.
-// stopModeOf is how tp is stopping: the mode of a stop under way, or of the
-// persisted record when tp does not run.
-func (m *Runner) stopModeOf(tp fetcher.TP) StopMode {
-	m.mu.Lock()
-	mode, ok := m.stopModes[tp]
-	m.mu.Unlock()
-	if ok {
-		return mode
-	}
-	var pr partitionRecord
-	if ReadRecord(m.cfg.Store, partitionKey(m.rec.Spec.Name, tp), &pr) && pr.State == partition.Stopping {
-		return pr.StopMode
-	}
-	return ""
-}
-
-func (m *Runner) stateOf(tp fetcher.TP) partition.State {
-	m.mu.Lock()
-	rp := m.parts[tp]
-	m.mu.Unlock()
-	if rp != nil {
-		return rp.pm.Status().State
-	}
-	var pr partitionRecord
-	if ReadRecord(m.cfg.Store, partitionKey(m.rec.Spec.Name, tp), &pr) && pr.State != "" {
-		return pr.State
-	}
-	return partition.Initializing
-}
-
-// idlePartition is a partition mirror that does not run: it reports a
-// restored state and can finish a stop (it reaches the destination only).
-func (m *Runner) idlePartition(tp fetcher.TP) *partition.Mirror {
-	return partition.New(partition.Config{
-		Mirror: m.rec.Spec.Name, TP: tp, Writer: m.cfg.Writer, Fillers: m.cfg.Fillers,
-		ProducerID: m.rec.ProducerID, Epoch: m.rec.Epoch, Logger: m.log.Named("partition"),
-	})
-}
-
-// take takes tp's partition mirror over from the source connection: the
-// caller halts it (stop is nil when it does not run).
-func (m *Runner) take(tp fetcher.TP) (rp *runningPartition, stop context.CancelFunc) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	rp = m.parts[tp]
-	if rp == nil {
-		rp = &runningPartition{pm: m.idlePartition(tp), done: closedDone()}
-		m.parts[tp] = rp
-	}
-	stop, rp.stop = rp.stop, nil
-	rp.placeholder = false
-	return rp, stop
-}
-
-// halt halts a running partition mirror at a batch boundary, or cancels it
-// after grace; it says whether its Run returned within grace plus wait.
-func halt(rp *runningPartition, stop context.CancelFunc, clean bool, grace, wait time.Duration) bool {
-	if stop == nil {
-		select {
-		case <-rp.done:
-			return true
-		case <-time.After(grace + wait):
-			return false
-		}
-	}
-	rp.pm.Halt(clean)
-	select {
-	case <-rp.done:
-		stop()
-		return true
-	case <-time.After(grace):
-	}
-	stop()
-	select {
-	case <-rp.done:
-		return true
-	case <-time.After(wait):
-		return false
-	}
-}
-
-// persist writes tp's record with the run context of the mirror.
-func (m *Runner) persist(tp fetcher.TP, pr partitionRecord) {
-	if err := WriteRecord(m.ctx, m.cfg.Store, partitionKey(m.rec.Spec.Name, tp), pr); err != nil {
-		m.log.Error("persisting partition state", "partition", tp.String(), "state", pr.State, "error", err)
-	}
+// alreadyThere says whether op leaves tg as it is: a STOPPED partition, a
+// repeated operation (but a repeated failover stop, which retries one that
+// failed), a resume of a partition that is not paused.
+func alreadyThere(op partition.Op, tg target) bool {
+	return tg.from == partition.Stopped ||
+		tg.from == tg.to && op != partition.OpStopFailover ||
+		op == partition.OpResume && tg.from != partition.Paused
 }
 
 // pauseGrace is how long a pause waits for a batch boundary where no
@@ -430,32 +465,6 @@ func (m *Runner) pause(tp fetcher.TP) {
 	m.persist(tp, partitionRecord{State: partition.Paused, LastMirroredOffset: rp.pm.Status().LastMirrored})
 }
 
-// restartPartition persists pr and lets the mirror start tp afresh at its
-// next look (from pr's state: INITIALIZING, or a STOPPING promote); the
-// current partition mirror stays in describe until then.
-func (m *Runner) restartPartition(tp fetcher.TP, pr partitionRecord, recovering bool) {
-	m.mu.Lock()
-	rp := m.parts[tp]
-	m.mu.Unlock()
-	if rp != nil && rp.stop != nil {
-		halt(rp, rp.stop, false, 2*time.Second, 10*time.Second)
-	}
-	if pr.LastMirroredOffset == 0 && rp != nil {
-		pr.LastMirroredOffset = rp.pm.Status().LastMirrored
-	}
-	m.persist(tp, pr)
-	m.mu.Lock()
-	if rp != nil && m.parts[tp] == rp {
-		rp.stop, rp.placeholder = nil, true
-	}
-	if recovering {
-		m.recoverTPs[tp] = true
-		m.recoverTopics[tp.Topic] = true
-	}
-	m.mu.Unlock()
-	m.kick()
-}
-
 func (m *Runner) recover(tp fetcher.TP) {
 	m.log.Info("recovering partition", "partition", tp.String())
 	m.restartPartition(tp, stateRecord(partition.Initializing, reason.New(reason.Recovering, "recovering: re-aligning with the source")), true)
@@ -464,9 +473,7 @@ func (m *Runner) recover(tp fetcher.TP) {
 // stopFailover moves tp to STOPPING and finishes the stop in the
 // background, within StopTimeout.
 func (m *Runner) stopFailover(tp fetcher.TP) {
-	m.mu.Lock()
-	m.stopModes[tp] = StopFailover
-	m.mu.Unlock()
+	m.life.stopping(tp, StopFailover)
 	rp, stop := m.take(tp)
 	r := reason.New(reason.FailoverInProgress, "stopping (failover)")
 	rp.pm.SetStopping(r)
@@ -512,206 +519,69 @@ func (m *Runner) finishStop(tp fetcher.TP, rp *runningPartition, stop context.Ca
 	// The topic is an ordinary writable topic once all its partitions
 	// are STOPPED (DESIGN §4): its read-only ACL goes before the last
 	// partition shows STOPPED, so that whoever waits for STOPPED (a
-	// terraform apply, kmirror stop) can write at once. stopMu orders the
-	// partitions stopping together, so that the last sees the others.
-	m.stopMu.Lock()
-	defer m.stopMu.Unlock()
+	// terraform apply, kmirror stop) can write at once. life.ends orders
+	// the partitions stopping together, so that the last sees the others.
+	m.life.ends.Lock()
+	defer m.life.ends.Unlock()
 	m.releaseIfStopped(tp.Topic, tp)
-	m.mu.Lock()
-	m.stoppedBy[tp] = mode
-	m.mu.Unlock()
+	m.life.stopped(tp, mode)
 	rp.pm.Restore(partition.Stopped, r)
 	pr := stateRecord(partition.Stopped, r)
 	pr.LastMirroredOffset, pr.StopMode = lmo, mode
 	m.persist(tp, pr)
-	m.mu.Lock()
-	delete(m.stopModes, tp)
-	m.mu.Unlock()
+	m.life.endStop(tp)
 	m.log.Info("partition stopped", "partition", tp.String(), "mode", mode, "last_mirrored_offset", lmo)
 }
 
-// stopPromote moves tp to STOPPING and waits for lag 0 in the background.
-func (m *Runner) stopPromote(tp fetcher.TP) {
-	m.mu.Lock()
-	m.stopModes[tp] = StopPromote
-	m.promoteBy[tp] = time.Now().Add(m.cfg.PromoteTimeout)
-	rp := m.parts[tp]
-	running := rp != nil && rp.stop != nil
-	m.mu.Unlock()
-	pr := stateRecord(partition.Stopping, m.promoteWaiting(tp.Topic, ""))
-	pr.StopMode = StopPromote
-	if running {
-		pr.LastMirroredOffset = rp.pm.Status().LastMirrored
-		m.persist(tp, pr)
-		m.startPromote(tp, rp.pm)
-		return
-	}
-	// Paused, or the source is not connected: the mirror starts it at its
-	// next look, and the promote waits from there.
-	if rp == nil {
-		rp, _ = m.take(tp)
-	}
-	rp.pm.SetStopping(m.promoteWaiting(tp.Topic, " (the partition mirror starts again first)"))
-	m.restartPartition(tp, pr, false)
-}
+// restore is what a restarted runner does with a partition from its
+// persisted record.
+type restore int
 
-const promoteReason = "promote: waiting until the source's last stable offset and the destination end reach the source high watermark"
+const (
+	restoreRun    restore = iota // run it: it mirrors, or a promote resumes
+	restoreHold                  // hold it as it is: FAILED, PAUSED, STOPPED
+	restoreFinish                // finish its failover stop
+)
 
-// promoteWaiting is the reason of a partition a promote of topic waits for:
-// promoteReason, then more, then the fence note.
-func (m *Runner) promoteWaiting(topic, more string) reason.Error {
-	return reason.Error{Code: reason.PromoteInProgress, Message: promoteReason + more + m.fenceNote(topic)}
-}
-
-// startPromote waits in the background until pm reaches lag 0, then stops
-// it as failover does.
-func (m *Runner) startPromote(tp fetcher.TP, pm *partition.Mirror) {
-	m.mu.Lock()
-	m.stopModes[tp] = StopPromote
-	deadline, ok := m.promoteBy[tp]
-	if !ok {
-		deadline = time.Now().Add(m.cfg.PromoteTimeout)
-		m.promoteBy[tp] = deadline
-	}
-	m.mu.Unlock()
-	pm.SetStopping(m.promoteWaiting(tp.Topic, ""))
-	m.ops.Add(1)
-	go func() {
-		defer m.ops.Done()
-		m.promote(tp, pm, deadline)
-	}()
-}
-
-func (m *Runner) promote(tp fetcher.TP, pm *partition.Mirror, deadline time.Time) {
-	for m.ctx.Err() == nil {
-		m.mu.Lock()
-		rp := m.parts[tp]
-		mode := m.stopModes[tp]
-		m.mu.Unlock()
-		if rp == nil || rp.pm != pm || rp.stop == nil || mode != StopPromote {
-			return // replaced: reconnected, restarted, or a failover took over
-		}
-		st := pm.Status()
-		if st.State == partition.Failed {
-			m.mu.Lock()
-			delete(m.stopModes, tp)
-			delete(m.promoteBy, tp)
-			m.mu.Unlock()
-			return
-		}
-		waitFor := m.promoteWaitsFor(tp, pm, st)
-		if waitFor == "" {
-			m.promoteStop(tp, rp)
-			return
-		}
-		if time.Now().After(deadline) {
-			r := reason.New(reason.PromoteTimedOut, "promote timed out after %s waiting for %s; the partition keeps mirroring: promote again, or stop with mode failover", m.cfg.PromoteTimeout, waitFor)
-			m.mu.Lock()
-			delete(m.stopModes, tp)
-			delete(m.promoteBy, tp)
-			m.mu.Unlock()
-			pm.ClearStopping(r)
-			pr := stateRecord(partition.Mirroring, r)
-			pr.LastMirroredOffset = pm.Status().LastMirrored
-			m.persist(tp, pr)
-			m.log.Warn("promote timed out", "partition", tp.String(), "waiting_for", waitFor)
-			return
-		}
-		pm.SetStopping(reason.Error{Code: reason.PromoteInProgress, Message: "promote: waiting for " + waitFor + m.fenceNote(tp.Topic)})
-		select {
-		case <-m.ctx.Done():
-		case <-time.After(100 * time.Millisecond):
+// restoreOf is what becomes of a partition persisted as pr: FAILED, PAUSED
+// and STOPPED stay so across restarts until an operation moves them, a
+// failover stop under way is finished, and everything else runs (a promote
+// under way waits for lag 0 again).
+func restoreOf(pr partitionRecord) restore {
+	switch pr.State {
+	case partition.Failed, partition.Paused, partition.Stopped:
+		return restoreHold
+	case partition.Stopping:
+		if pr.StopMode != StopPromote {
+			return restoreFinish
 		}
 	}
-}
-
-// promoteWaitsFor says what a promote of pm still waits for, "" for
-// nothing.
-func (m *Runner) promoteWaitsFor(tp fetcher.TP, pm *partition.Mirror, st partition.Status) string {
-	ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
-	defer cancel()
-	src, err := pm.SourceBounds(ctx)
-	switch {
-	case err != nil:
-		return fmt.Sprintf("the source to answer (%v)", err)
-	case src.LastStable < src.HighWatermark:
-		return fmt.Sprintf("the source's open transactions to be decided (last stable offset %d, high watermark %d)", src.LastStable, src.HighWatermark)
-	case st.DestinationOffset < src.HighWatermark:
-		return fmt.Sprintf("the destination end %d to reach the source high watermark %d (lag %d)%s", st.DestinationOffset, src.HighWatermark, src.HighWatermark-st.DestinationOffset, m.throttleNote(tp))
-	}
-	return ""
-}
-
-// throttleNote says, for a promote waiting on lag, that the mirror's
-// throttle holds tp back: a throttle set low can keep a promote from ever
-// finishing, and the wait must say so rather than look stuck.
-func (m *Runner) throttleNote(tp fetcher.TP) string {
-	if !m.throttle.Applies(tp) {
-		return ""
-	}
-	return fmt.Sprintf("; the mirror's throttle (%d bytes/s) holds this partition's fetches back: raise or remove it "+
-		"(kafka_mirror_throttle, kmirror throttle) for the promote to finish sooner", m.throttle.Rate())
-}
-
-// promoteStop halts a caught-up partition and stops it when nothing
-// reached the source in between; otherwise it mirrors on and the promote
-// waits again.
-func (m *Runner) promoteStop(tp fetcher.TP, rp *runningPartition) {
-	m.mu.Lock()
-	stop := rp.stop
-	rp.stop = nil
-	m.mu.Unlock()
-	pm := rp.pm
-	halted := halt(rp, stop, false, 2*time.Second, 10*time.Second)
-	ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
-	defer cancel()
-	dst, derr := pm.DestinationBounds(ctx)
-	src, serr := pm.SourceBounds(ctx)
-	if halted && derr == nil && serr == nil && src.LastStable == src.HighWatermark && dst.HighWatermark == src.HighWatermark {
-		m.finishStop(tp, rp, nil, StopPromote)
-		m.mu.Lock()
-		delete(m.promoteBy, tp)
-		m.mu.Unlock()
-		return
-	}
-	m.log.Info("promote: the source moved on while the partition stopped; mirroring on", "partition", tp.String())
-	m.mu.Lock()
-	still := m.stopModes[tp] == StopPromote
-	m.mu.Unlock()
-	if still {
-		pr := stateRecord(partition.Stopping, m.promoteWaiting(tp.Topic, ""))
-		pr.StopMode = StopPromote
-		m.restartPartition(tp, pr, false)
-	}
+	return restoreRun
 }
 
 // restorePartition sets up tp from its persisted record when it must not
-// simply run: FAILED, PAUSED and STOPPED stay so, and a failover stop under
-// way is finished. It says whether it did.
+// simply run (restoreOf), and says whether it did.
 func (m *Runner) restorePartition(tp fetcher.TP, cfg partition.Config, pr partitionRecord) bool {
-	switch pr.State {
-	case partition.Failed, partition.Paused, partition.Stopped:
+	switch restoreOf(pr) {
+	case restoreHold:
 		pm := partition.New(cfg)
 		pm.Restore(pr.State, pr.why())
 		if pr.State != partition.Failed {
 			pm.RestoreOffsets(pr.LastMirroredOffset)
 		}
+		if pr.State == partition.Stopped {
+			m.life.stopped(tp, pr.StopMode)
+		}
 		m.mu.Lock()
 		m.parts[tp] = &runningPartition{pm: pm, done: closedDone()}
-		if pr.State == partition.Stopped {
-			m.stoppedBy[tp] = pr.StopMode
-		}
 		m.mu.Unlock()
 		return true
-	case partition.Stopping:
-		if pr.StopMode == StopPromote {
-			return false
-		}
+	case restoreFinish:
 		pm := partition.New(cfg)
 		rp := &runningPartition{pm: pm, done: closedDone()}
+		m.life.stopping(tp, StopFailover)
 		m.mu.Lock()
 		m.parts[tp] = rp
-		m.stopModes[tp] = StopFailover
 		m.mu.Unlock()
 		pm.SetStopping(pr.why())
 		m.ops.Add(1)
@@ -746,8 +616,8 @@ func (m *Runner) restoreStoppedTopic(topic string) bool {
 		pm := m.idlePartition(tp)
 		pm.Restore(pr.State, pr.why())
 		pm.RestoreOffsets(pr.LastMirroredOffset)
+		m.life.stopped(tp, pr.StopMode)
 		m.parts[tp] = &runningPartition{pm: pm, done: closedDone()}
-		m.stoppedBy[tp] = pr.StopMode
 	}
 	return true
 }

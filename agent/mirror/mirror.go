@@ -33,34 +33,11 @@ import (
 	"github.com/kmirror/kmirror/internal/reason"
 )
 
-// runningPartition is a partition mirror and how to stop it.
-type runningPartition struct {
-	pm *partition.Mirror
-	// stop cancels its Run; nil when it does not run under the current
-	// source connection (restored, or taken over by a lifecycle operation).
-	stop context.CancelFunc
-	// done is closed when its Run has returned (at once when it never ran).
-	done chan struct{}
-	// placeholder: the mirror starts a new partition mirror in its place
-	// at its next look (resume, recover, promote).
-	placeholder bool
-}
-
-// closedDone is the done channel of a partition that does not run.
-func closedDone() chan struct{} {
-	ch := make(chan struct{})
-	close(ch)
-	return ch
-}
-
 // Runner runs one mirror: see the package documentation.
 type Runner struct {
 	cfg *Config
 	log hclog.Logger
 	rec Record
-
-	// stopMu serializes the end of partition stops (finishStop).
-	stopMu sync.Mutex
 
 	mu        sync.Mutex
 	spec      mirrorspec.Spec
@@ -81,17 +58,12 @@ type Runner struct {
 	txnTimeout     time.Duration
 	txnTimeoutFrom string
 
-	// Lifecycle operations (lifecycle.go).
-	ctx       context.Context // run's; set before anything else runs
-	ops       sync.WaitGroup  // lifecycle goroutines; run waits for them
-	stopModes map[fetcher.TP]StopMode
-	stoppedBy map[fetcher.TP]StopMode  // how STOPPED partitions stopped (describe's stop_mode)
-	promoteBy map[fetcher.TP]time.Time // promote deadlines
-	// recovering: partitions and topics a recover cleared, until their
-	// next start.
-	recoverTPs    map[fetcher.TP]bool
-	recoverTopics map[string]bool
-	source        *sourceReader // the connected source, nil when none
+	ctx    context.Context // run's; set before anything else runs
+	ops    sync.WaitGroup  // lifecycle goroutines; run waits for them
+	source *sourceReader   // the connected source, nil when none
+
+	// life is the state of lifecycle operations (lifecycle.go).
+	life *lifecycle
 
 	// Read-only mirror topics (readonly.go), by topic: what describe
 	// says, and the topics whose ACL this run released.
@@ -127,8 +99,8 @@ func New(cfg *Config, rec Record) *Runner {
 		cfg: cfg, log: cfg.Logger.Named("mirror").With("mirror", rec.Spec.Name), rec: rec, spec: rec.Spec,
 		topicErrs: map[string]string{}, topicErrCodes: map[string]reason.Code{}, parts: map[fetcher.TP]*runningPartition{},
 		refresh: make(chan struct{}, 1), done: make(chan struct{}),
-		stopModes: map[fetcher.TP]StopMode{}, stoppedBy: map[fetcher.TP]StopMode{}, promoteBy: map[fetcher.TP]time.Time{}, recoverTPs: map[fetcher.TP]bool{}, recoverTopics: map[string]bool{},
-		ro: map[string]roState{}, roReleased: map[string]bool{}, fenced: map[string]fenceState{}, recreating: map[string]bool{},
+		life: newLifecycle(),
+		ro:   map[string]roState{}, roReleased: map[string]bool{}, fenced: map[string]fenceState{}, recreating: map[string]bool{},
 		sync: metasync.NewTracker(), syncKick: make(chan struct{}),
 		ctx:      context.Background(),
 		throttle: fetcher.NewThrottle(), counters: &fetcher.Counters{},
@@ -372,10 +344,7 @@ func (m *Runner) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 	m.enforceReadOnly(ctx, topic)
 	var tr topicRecord
 	srcID, dstID := topicID(info.SourceTopicID), topicID(info.DestinationTopicID)
-	m.mu.Lock()
-	recovering := m.recoverTopics[topic]
-	delete(m.recoverTopics, topic)
-	m.mu.Unlock()
+	recovering := m.life.takeRecoveringTopic(topic)
 	if ReadRecord(m.cfg.Store, topicKey(name, topic), &tr) {
 		if tr.SourceTopicID != srcID && srcID != (topicID{}) && recovering {
 			r := reason.New(reason.SourceTopicRecreatedRealignFailed, "source topic %q was recreated (topic id %s, mirrored %s): a recover cannot re-align it, as the destination holds the old topic's records at the offsets the new one reuses; the destination topic must be recreated to mirror the new source topic: recover with recreate (kmirror recover --recreate) does it, and the destination's records are lost",
@@ -438,10 +407,7 @@ func (m *Runner) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 		if running {
 			continue
 		}
-		m.mu.Lock()
-		recovering := m.recoverTPs[tp]
-		delete(m.recoverTPs, tp)
-		m.mu.Unlock()
+		recovering := m.life.takeRecovering(tp)
 		cfg := partition.Config{
 			Mirror: name, TP: tp, ProducerID: m.rec.ProducerID, Epoch: m.rec.Epoch, KeyedPad: keyed,
 			Fetcher: f, Source: source, Writer: m.cfg.Writer, Checkpoints: checkpoints{m.cfg.Store, name}, Producers: ownedProducers{m.cfg.Store, m.cfg.Logger}, Fillers: m.cfg.Fillers,
@@ -521,23 +487,6 @@ func (m *Runner) failTopic(ctx context.Context, topic string, partitions int32, 
 	}
 }
 
-func (m *Runner) persistPartition(ctx context.Context, tp fetcher.TP, st partition.Status) {
-	rec := partitionRecord{State: st.State, Reason: st.Reason, ReasonCode: st.ReasonCode, LastMirroredOffset: st.LastMirrored}
-	switch st.State {
-	case partition.Stopping:
-		m.mu.Lock()
-		rec.StopMode = m.stopModes[tp]
-		m.mu.Unlock()
-	case partition.Stopped:
-		m.mu.Lock()
-		rec.StopMode = m.stoppedBy[tp]
-		m.mu.Unlock()
-	}
-	if err := WriteRecord(ctx, m.cfg.Store, partitionKey(m.rec.Spec.Name, tp), rec); err != nil && !errors.Is(err, context.Canceled) {
-		m.log.Error("persisting partition state", "partition", tp.String(), "error", err)
-	}
-}
-
 // Status is the mirror as describe shows it.
 func (m *Runner) Status() mirrorapi.Mirror {
 	m.mu.Lock()
@@ -566,12 +515,7 @@ func (m *Runner) Status() mirrorapi.Mirror {
 			continue
 		}
 		ps := rp.pm.Status()
-		switch ps.State {
-		case partition.Stopping:
-			ps.StopMode = string(m.stopModes[tp])
-		case partition.Stopped:
-			ps.StopMode = string(m.stoppedBy[tp])
-		}
+		ps.StopMode = string(m.life.modeOf(tp, ps.State))
 		ts.Partitions = append(ts.Partitions, ps)
 		st.StateCounts[ps.State]++
 		st.MaxLag = max(st.MaxLag, ps.Lag)

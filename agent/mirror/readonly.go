@@ -193,7 +193,7 @@ func (m *Runner) releaseReadOnly(ctx context.Context, topic string) {
 // releaseIfStopped releases topic's ACL when every partition of it but
 // stopping (which is about to be) is STOPPED, and says whether every one
 // is. finishStop calls it before it shows the last partition STOPPED, under
-// stopMu: a topic whose partitions all read STOPPED is writable.
+// lifecycle.ends: a topic whose partitions all read STOPPED is writable.
 func (m *Runner) releaseIfStopped(topic string, stopping fetcher.TP) {
 	ctx, cancel := context.WithTimeout(m.ctx, 15*time.Second)
 	defer cancel()
