@@ -14,12 +14,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/partition"
-	"github.com/kmirror/kmirror/internal/mirrorspec"
 	"github.com/kmirror/kmirror/internal/reason"
 )
 
@@ -179,45 +175,6 @@ func (l *lifecycle) takeRecoveringTopic(topic string) bool {
 	return r
 }
 
-// FenceRequest is what SourceFence.Fence fences.
-type FenceRequest struct {
-	Mirror string
-	Source mirrorspec.Source
-	Topics []string
-	// Admin reaches the source as the mirror does: the mirror's own
-	// source client, or one made from the same options when the mirror is
-	// not connected.
-	Admin *kadm.Client
-	// Client is the client Admin was made from.
-	Client *kgo.Client
-}
-
-// SourceFence stops writes to the source topics of a promote, so that the
-// source high watermark the promote waits for stops moving: ACLSourceFence
-// adds a DENY WRITE ACL for User:* on each source topic (KIP-1279's
-// read-only enforcement, applied to the old primary). It plugs in as
-// Config.SourceFence; StopTopics calls Fence once, before any state
-// changes, when a promote is issued, and again when a promote interrupted
-// by an agent restart resumes. An error refuses the promote; a result with
-// Fenced false lets it go on, and its reason is shown in describe (the
-// partitions' reasons and the mirror's warnings): the promote is not
-// silently taken for fenced. Fence must be idempotent. Without a fence
-// (NoSourceFence, the default) a promote waits until producers stop on
-// their own, and a record acknowledged by the source between the agent's
-// last look and the stop sends the partition back to mirroring rather than
-// being lost.
-type SourceFence interface {
-	Fence(ctx context.Context, req FenceRequest) (FenceResult, error)
-}
-
-// NoSourceFence fences nothing, and says so.
-type NoSourceFence struct{}
-
-// Fence does nothing.
-func (NoSourceFence) Fence(_ context.Context, req FenceRequest) (FenceResult, error) {
-	return FenceResult{Reason: fmt.Sprintf("source writes to %q were NOT fenced: the agent has no source fence configured; RPO 0 depends on producers having stopped writing to the source", req.Topics)}, nil
-}
-
 // target is one partition an operation moves.
 type target struct {
 	tp       fetcher.TP
@@ -372,72 +329,6 @@ func (m *Runner) Execute(ctx context.Context, p *Plan) error {
 	return nil
 }
 
-// fenceSource fences writes on the source topics of a promote (see
-// SourceFence) through the mirror's source client, or one made from the same
-// options when the mirror is not connected, and records whether it did for
-// describe. An error refuses the promote.
-func (m *Runner) fenceSource(ctx context.Context, topics []string) error {
-	m.mu.Lock()
-	src := m.source
-	spec := m.spec
-	m.mu.Unlock()
-	var admCl *kgo.Client
-	if src != nil {
-		admCl = src.cl
-	} else {
-		opts, err := m.cfg.SourceOpts(spec)
-		if err != nil {
-			return fmt.Errorf("promote: connecting to the source to fence writes on %q: %w", topics, err)
-		}
-		cl, err := kgo.NewClient(opts...)
-		if err != nil {
-			return fmt.Errorf("promote: connecting to the source to fence writes on %q: %w", topics, err)
-		}
-		defer cl.Close()
-		admCl = cl
-	}
-	adm := kadm.NewClient(admCl)
-	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	res, err := m.cfg.SourceFence.Fence(fctx, FenceRequest{Mirror: spec.Name, Source: spec.Source, Topics: topics, Admin: adm, Client: admCl})
-	if err != nil {
-		return fmt.Errorf("promote: fencing writes on the source topics %q: %w", topics, err)
-	}
-	reason := ""
-	if !res.Fenced {
-		reason = res.Reason
-		if reason == "" {
-			reason = fmt.Sprintf("source writes to %q were NOT fenced; RPO 0 depends on producers having stopped writing to the source", topics)
-		}
-		m.log.Warn("promote: source writes not fenced", "topics", topics, "reason", reason)
-	} else {
-		m.log.Info("promote: source writes fenced", "topics", topics)
-	}
-	m.mu.Lock()
-	for _, t := range topics {
-		m.fenced[t] = fenceState{done: true, reason: reason}
-	}
-	m.mu.Unlock()
-	return nil
-}
-
-// fenceState is what the source fence of a topic's promote did.
-type fenceState struct {
-	done   bool   // fenced or tried, in this run of the mirror
-	reason string // why source writes are not fenced; empty when they are
-}
-
-// fenceNote is what a promote of topic adds to its partitions' reasons: ""
-// when source writes are fenced, else why not.
-func (m *Runner) fenceNote(topic string) string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if r := m.fenced[topic].reason; r != "" {
-		return "; " + r
-	}
-	return ""
-}
-
 // alreadyThere says whether op leaves tg as it is: a STOPPED partition, a
 // repeated operation (but a repeated failover stop, which retries one that
 // failed), a resume of a partition that is not paused.
@@ -512,7 +403,7 @@ func (m *Runner) finishStop(tp fetcher.TP, rp *runningPartition, stop context.Ca
 	m.finalGroupSync(ctx, tp) // consumers moving over find the source's last commits
 	var r reason.Error
 	if mode == StopPromote {
-		if note := m.fenceNote(tp.Topic); note != "" {
+		if note := m.fences.note(tp.Topic); note != "" {
 			r = reason.Error{Code: reason.SourceNotFenced, Message: "promoted" + note}
 		}
 	}

@@ -65,12 +65,9 @@ type Runner struct {
 	// life is the state of lifecycle operations (lifecycle.go).
 	life *lifecycle
 
-	// Read-only mirror topics (readonly.go), by topic: what describe
-	// says, and the topics whose ACL this run released.
-	ro         map[string]roState
-	roReleased map[string]bool
-	// fenced: the source fences of promotes, by topic.
-	fenced map[string]fenceState
+	// fences are the read-only ACLs of its topics and the source fences
+	// of its promotes (readonly.go, fence.go).
+	fences *fences
 
 	// throttle is enforced by every fetcher of the mirror, and counters
 	// count their fetches; both outlive reconnects (throttle.go).
@@ -95,12 +92,13 @@ type Runner struct {
 
 // New returns the runner of the mirror rec; Start runs it.
 func New(cfg *Config, rec Record) *Runner {
+	log := cfg.Logger.Named("mirror").With("mirror", rec.Spec.Name)
 	return &Runner{
-		cfg: cfg, log: cfg.Logger.Named("mirror").With("mirror", rec.Spec.Name), rec: rec, spec: rec.Spec,
+		cfg: cfg, log: log, rec: rec, spec: rec.Spec,
 		topicErrs: map[string]string{}, topicErrCodes: map[string]reason.Code{}, parts: map[fetcher.TP]*runningPartition{},
 		refresh: make(chan struct{}, 1), done: make(chan struct{}),
-		life: newLifecycle(),
-		ro:   map[string]roState{}, roReleased: map[string]bool{}, fenced: map[string]fenceState{}, recreating: map[string]bool{},
+		life:   newLifecycle(),
+		fences: newFences(cfg.ReadOnly, log), recreating: map[string]bool{},
 		sync: metasync.NewTracker(), syncKick: make(chan struct{}),
 		ctx:      context.Background(),
 		throttle: fetcher.NewThrottle(), counters: &fetcher.Counters{},
@@ -328,7 +326,7 @@ func (m *Runner) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 		// its configs nor its partitions follow the source any more,
 		// and it is writable (its ACL is removed, again after a
 		// restart in case the stop could not).
-		m.releaseReadOnly(ctx, topic)
+		m.fences.release(ctx, topic)
 		return nil
 	}
 	// Ensure may create the topic, add partitions and set configs:
@@ -341,7 +339,7 @@ func (m *Runner) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 		return err
 	}
 	// Read-only before any partition mirror starts writing it.
-	m.enforceReadOnly(ctx, topic)
+	m.fences.enforce(ctx, topic)
 	var tr topicRecord
 	srcID, dstID := topicID(info.SourceTopicID), topicID(info.DestinationTopicID)
 	recovering := m.life.takeRecoveringTopic(topic)
@@ -440,15 +438,10 @@ func (m *Runner) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 		if persisted && pr.State == partition.Stopping && pr.StopMode == StopPromote {
 			// A promote that was under way fences the source again
 			// (idempotent) and waits for lag 0 again.
-			m.mu.Lock()
-			fenced := m.fenced[topic].done
-			m.mu.Unlock()
-			if !fenced {
+			if !m.fences.fenceOf(topic).done {
 				if err := m.fenceSource(ctx, []string{topic}); err != nil {
 					m.log.Error("promote resumed after a restart: fencing the source failed; the promote waits for producers to stop", "topic", topic, "error", err)
-					m.mu.Lock()
-					m.fenced[topic] = fenceState{done: true, reason: err.Error()}
-					m.mu.Unlock()
+					m.fences.tried([]string{topic}, err.Error())
 				}
 			}
 			m.startPromote(tp, pm)
@@ -499,9 +492,9 @@ func (m *Runner) Status() mirrorapi.Mirror {
 	m.throttleStatusLocked(&st)
 	byTopic := map[string]*mirrorapi.Topic{}
 	for _, t := range m.spec.Topics {
-		ro := m.ro[t]
+		ro := m.fences.readOnlyOf(t)
 		byTopic[t] = &mirrorapi.Topic{Name: t, Error: m.topicErrs[t], ErrorCode: m.topicErrCodes[t], ReadOnlyEnforced: ro.enforced, ReadOnlyReason: ro.reason, Failback: m.failbackStatus(t)}
-		if f := m.fenced[t]; f.reason != "" {
+		if f := m.fences.fenceOf(t); f.reason != "" {
 			st.Warnings = append(st.Warnings, fmt.Sprintf("topic %s: promote: %s", t, f.reason))
 		}
 	}

@@ -46,7 +46,7 @@ const promoteReason = "promote: waiting until the source's last stable offset an
 // promoteWaiting is the reason of a partition a promote of topic waits for:
 // promoteReason, then more, then the fence note.
 func (m *Runner) promoteWaiting(topic, more string) reason.Error {
-	return reason.Error{Code: reason.PromoteInProgress, Message: promoteReason + more + m.fenceNote(topic)}
+	return reason.Error{Code: reason.PromoteInProgress, Message: promoteReason + more + m.fences.note(topic)}
 }
 
 // startPromote waits in the background until pm reaches lag 0, then stops
@@ -90,7 +90,7 @@ func (m *Runner) promote(tp fetcher.TP, pm *partition.Mirror, deadline time.Time
 			m.log.Warn("promote timed out", "partition", tp.String(), "waiting_for", waitFor)
 			return
 		}
-		pm.SetStopping(reason.Error{Code: reason.PromoteInProgress, Message: "promote: waiting for " + waitFor + m.fenceNote(tp.Topic)})
+		pm.SetStopping(reason.Error{Code: reason.PromoteInProgress, Message: "promote: waiting for " + waitFor + m.fences.note(tp.Topic)})
 		select {
 		case <-m.ctx.Done():
 		case <-time.After(100 * time.Millisecond):

@@ -8,11 +8,11 @@ package mirror
 // be done, describe says read_only_enforced=false with the reason; foreign
 // writes are detected either way (the partition fails).
 //
-// ACLSourceFence applies the same ACL to the source topics of a promote.
+// ACLSourceFence applies the same ACL to the source topics of a promote
+// (fence.go).
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -116,78 +116,106 @@ func (ro *ReadOnly) Release(ctx context.Context, topic string) error {
 	return ro.enf.Release(ctx, topic)
 }
 
-// enforceReadOnly makes topic read-only unless it already is, and records
-// the outcome for describe. It is called at each topic sync of a topic that
-// is not STOPPED, and does nothing once the ACL was created.
-func (m *Runner) enforceReadOnly(ctx context.Context, topic string) {
-	m.mu.Lock()
-	cur := m.ro[topic]
-	m.mu.Unlock()
+// fences is what a runner keeps of the DENY WRITE ACLs for User:* on its
+// topics: on the destination, the read-only ACL of each mirror topic as
+// describe shows it and whether this run released it; on the source, the
+// fence of each promoted topic (fence.go). It calls nothing of the runner,
+// which may call it with its own lock held.
+type fences struct {
+	ro  *ReadOnly
+	log hclog.Logger
+
+	mu       sync.Mutex
+	readOnly map[string]roState
+	released map[string]bool // read-only ACLs this run removed
+	fenced   map[string]fenceState
+}
+
+func newFences(ro *ReadOnly, log hclog.Logger) *fences {
+	return &fences{ro: ro, log: log, readOnly: map[string]roState{}, released: map[string]bool{}, fenced: map[string]fenceState{}}
+}
+
+// readOnlyOf is topic's read-only enforcement as describe shows it.
+func (f *fences) readOnlyOf(topic string) roState {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.readOnly[topic]
+}
+
+// enforce makes topic read-only unless it already is, and records the
+// outcome for describe. It is called at each topic sync of a topic that is
+// not STOPPED, and does nothing once the ACL was created.
+func (f *fences) enforce(ctx context.Context, topic string) {
+	cur := f.readOnlyOf(topic)
 	if cur.enforced {
 		return
 	}
-	st, ok, reason := m.cfg.ReadOnly.Status(ctx)
-	next := roState{reason: reason}
-	switch {
-	case !ok:
-	case !st.Enforceable():
-		// No authorizer, or the agent is not a super user: a DENY
-		// would lock the agent out of its own topic.
-		next.reason = st.Reason
-	default:
-		enforced, err := m.cfg.ReadOnly.Enforce(ctx, topic)
-		switch {
-		case err != nil:
-			next.reason = fmt.Sprintf("creating the DENY WRITE ACL failed (retrying): %v", err)
-		case !enforced:
-			next.reason = "the destination answered SECURITY_DISABLED (no authorizer): the topic stays writable"
-		default:
-			next.enforced = true
-		}
-	}
-	m.mu.Lock()
+	st, ok, why := f.ro.Status(ctx)
+	next := readOnlyState(st, ok, why, func() (bool, error) { return f.ro.Enforce(ctx, topic) })
 	switch {
 	case next == cur:
 	case next.enforced:
-		m.log.Info("mirror topic is read-only", "topic", topic)
+		f.log.Info("mirror topic is read-only", "topic", topic)
 	case ok && !st.Authorizer:
-		m.log.Info("mirror topic is not read-only", "topic", topic, "reason", next.reason)
+		f.log.Info("mirror topic is not read-only", "topic", topic, "reason", next.reason)
 	default:
-		m.log.Warn("mirror topic is not read-only", "topic", topic, "reason", next.reason)
+		f.log.Warn("mirror topic is not read-only", "topic", topic, "reason", next.reason)
 	}
-	m.ro[topic] = next
-	delete(m.roReleased, topic)
-	m.mu.Unlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.readOnly[topic] = next
+	delete(f.released, topic)
 }
 
-// releaseReadOnly removes topic's DENY WRITE ACL, once per run of the
-// mirror unless it fails; it is called when every partition of the topic
-// is STOPPED.
-func (m *Runner) releaseReadOnly(ctx context.Context, topic string) {
-	m.mu.Lock()
-	done := m.roReleased[topic]
-	m.mu.Unlock()
+// readOnlyState is a topic's read-only enforcement after the destination's
+// check st (ok false: not concluded, and why says so); enforce creates the
+// topic's ACL, and is called only when the check allows it.
+func readOnlyState(st readonly.Status, ok bool, why string, enforce func() (bool, error)) roState {
+	switch {
+	case !ok:
+		return roState{reason: why}
+	case !st.Enforceable():
+		// No authorizer, or the agent is not a super user: a DENY
+		// would lock the agent out of its own topic.
+		return roState{reason: st.Reason}
+	}
+	enforced, err := enforce()
+	switch {
+	case err != nil:
+		return roState{reason: fmt.Sprintf("creating the DENY WRITE ACL failed (retrying): %v", err)}
+	case !enforced:
+		return roState{reason: "the destination answered SECURITY_DISABLED (no authorizer): the topic stays writable"}
+	}
+	return roState{enforced: true}
+}
+
+// release removes topic's DENY WRITE ACL, once per run of the mirror
+// unless it fails; it is called when every partition of the topic is
+// STOPPED.
+func (f *fences) release(ctx context.Context, topic string) {
+	f.mu.Lock()
+	done := f.released[topic]
+	f.mu.Unlock()
 	if done {
 		return
 	}
-	st := m.cfg.ReadOnly.Last()
-	if st == nil || st.Authorizer {
+	if st := f.ro.Last(); st == nil || st.Authorizer {
 		// (With no authorizer there is no ACL to remove. Otherwise try,
 		// even when this agent is no super user: an earlier one may
 		// have created it.)
-		if err := m.cfg.ReadOnly.Release(ctx, topic); err != nil {
-			m.log.Error("stopped topic: removing its DENY WRITE ACL failed; retrying at the next topic sync", "topic", topic, "error", err)
-			m.mu.Lock()
-			m.ro[topic] = roState{reason: fmt.Sprintf("the topic is STOPPED but removing its DENY WRITE ACL failed (retrying): %v", err)}
-			m.mu.Unlock()
+		if err := f.ro.Release(ctx, topic); err != nil {
+			f.log.Error("stopped topic: removing its DENY WRITE ACL failed; retrying at the next topic sync", "topic", topic, "error", err)
+			f.mu.Lock()
+			f.readOnly[topic] = roState{reason: fmt.Sprintf("the topic is STOPPED but removing its DENY WRITE ACL failed (retrying): %v", err)}
+			f.mu.Unlock()
 			return
 		}
-		m.log.Info("stopped topic is writable: DENY WRITE ACL removed", "topic", topic)
+		f.log.Info("stopped topic is writable: DENY WRITE ACL removed", "topic", topic)
 	}
-	m.mu.Lock()
-	m.roReleased[topic] = true
-	m.ro[topic] = roState{}
-	m.mu.Unlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.released[topic] = true
+	f.readOnly[topic] = roState{}
 }
 
 // releaseIfStopped releases topic's ACL when every partition of it but
@@ -206,59 +234,5 @@ func (m *Runner) releaseIfStopped(topic string, stopping fetcher.TP) {
 			return
 		}
 	}
-	m.releaseReadOnly(ctx, topic)
-}
-
-// FenceResult is what SourceFence.Fence did.
-type FenceResult struct {
-	// Fenced is whether writes to every source topic are refused now.
-	Fenced bool
-	// Reason says why not, when Fenced is false; describe shows it.
-	Reason string
-}
-
-// ACLSourceFence fences a promote's source topics with the read-only ACL
-// of mirror topics: DENY WRITE for User:* on each source topic, created
-// through the mirror's source admin client (FenceRequest.Admin). It stays
-// after the promote, so that producers left on the old primary are refused
-// rather than writing records the destination never gets.
-//
-// When the source has no authorizer (SECURITY_DISABLED) nothing can be
-// fenced: Fence reports Fenced=false with a reason saying that RPO 0 then
-// depends on producers having stopped, and the promote goes on. When the
-// agent may not create ACLs on the source, Fence fails and the promote is
-// refused: give the agent's source principal ALTER on the source cluster,
-// or stop with mode failover.
-type ACLSourceFence struct{}
-
-// Fence implements SourceFence.
-func (ACLSourceFence) Fence(ctx context.Context, req FenceRequest) (FenceResult, error) {
-	if req.Admin == nil {
-		return FenceResult{}, errors.New("no source admin client")
-	}
-	var opts []readonly.Option
-	if req.Client != nil {
-		// Enforce then waits until every source broker has the
-		// fence: until then a broker may still accept writes.
-		opts = append(opts, readonly.WithClient(req.Client))
-	}
-	e := readonly.New(req.Admin, opts...)
-	var unfenced []string
-	for _, t := range req.Topics {
-		enforced, err := e.Enforce(ctx, t)
-		if err != nil {
-			var pe *readonly.PermissionError
-			if errors.As(err, &pe) {
-				return FenceResult{}, fmt.Errorf("the agent may not create ACLs on the source (%v): give its source principal ALTER on the source cluster, or stop with mode failover (RPO 0 then depends on producers having stopped)", pe.Err)
-			}
-			return FenceResult{}, err
-		}
-		if !enforced {
-			unfenced = append(unfenced, t)
-		}
-	}
-	if len(unfenced) > 0 {
-		return FenceResult{Reason: fmt.Sprintf("source writes to %q were NOT fenced: the source has no authorizer (ACL requests answer SECURITY_DISABLED); RPO 0 depends on producers having stopped writing to the source", unfenced)}, nil
-	}
-	return FenceResult{Fenced: true}, nil
+	m.fences.release(ctx, topic)
 }
