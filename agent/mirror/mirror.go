@@ -69,11 +69,8 @@ type Runner struct {
 	// of its promotes (readonly.go, fence.go).
 	fences *fences
 
-	// throttle is enforced by every fetcher of the mirror, and counters
-	// count their fetches; both outlive reconnects (throttle.go).
-	throttle     *fetcher.Throttle
-	throttleSpec *mirrorapi.Throttle // what describe shows, nil: none
-	counters     *fetcher.Counters
+	// throttle is enforced by every fetcher of the mirror (throttle.go).
+	throttle *throttle
 	// recreating: topics a recover with recreate is deleting and
 	// creating again (recreate.go); topic syncs leave them alone.
 	recreating map[string]bool
@@ -101,7 +98,7 @@ func New(cfg *Config, rec Record) *Runner {
 		fences: newFences(cfg.ReadOnly, log), recreating: map[string]bool{},
 		sync: metasync.NewTracker(), syncKick: make(chan struct{}),
 		ctx:      context.Background(),
-		throttle: fetcher.NewThrottle(), counters: &fetcher.Counters{},
+		throttle: newThrottle(),
 	}
 }
 
@@ -237,7 +234,7 @@ func (m *Runner) runConnected(ctx context.Context) error {
 	m.setErr(nil)
 
 	srcMeta := leaders.New(src)
-	f := fetcher.New(src, srcMeta, fetcher.Options{Budget: m.cfg.Budget, Throttle: m.throttle, Counters: m.counters, Logger: m.log.Named("fetcher")})
+	f := fetcher.New(src, srcMeta, fetcher.Options{Budget: m.cfg.Budget, Throttle: m.throttle.limiter, Counters: m.throttle.counters, Logger: m.log.Named("fetcher")})
 	m.mu.Lock()
 	m.fetch = f
 	m.source = &sourceReader{src, srcMeta}
@@ -489,7 +486,7 @@ func (m *Runner) Status() mirrorapi.Mirror {
 	if m.fetch != nil {
 		st.BufferedBytes = m.fetch.Buffered()
 	}
-	m.throttleStatusLocked(&st)
+	m.throttle.statusInto(&st, m.spec.Topics)
 	byTopic := map[string]*mirrorapi.Topic{}
 	for _, t := range m.spec.Topics {
 		ro := m.fences.readOnlyOf(t)

@@ -104,12 +104,12 @@ func (m *Runner) promoteWaitsFor(tp fetcher.TP, pm *partition.Mirror, st partiti
 	ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
 	defer cancel()
 	src, err := pm.SourceBounds(ctx)
-	return promoteWait(src, err, st.DestinationOffset, m.throttleNote(tp))
+	return promoteWait(src, err, st.DestinationOffset, m.throttle.note(tp))
 }
 
 // promoteWait says what a promote still waits for, "" for nothing, from the
 // source's bounds (or the error reading them) and the destination end; a
-// wait on lag ends with throttleNote.
+// wait on lag ends with throttleNote (throttle.note).
 func promoteWait(src leaders.Bounds, err error, dstEnd int64, throttleNote string) string {
 	switch {
 	case err != nil:
@@ -120,17 +120,6 @@ func promoteWait(src leaders.Bounds, err error, dstEnd int64, throttleNote strin
 		return fmt.Sprintf("the destination end %d to reach the source high watermark %d (lag %d)%s", dstEnd, src.HighWatermark, src.HighWatermark-dstEnd, throttleNote)
 	}
 	return ""
-}
-
-// throttleNote says, for a promote waiting on lag, that the mirror's
-// throttle holds tp back: a throttle set low can keep a promote from ever
-// finishing, and the wait must say so rather than look stuck.
-func (m *Runner) throttleNote(tp fetcher.TP) string {
-	if !m.throttle.Applies(tp) {
-		return ""
-	}
-	return fmt.Sprintf("; the mirror's throttle (%d bytes/s) holds this partition's fetches back: raise or remove it "+
-		"(kafka_mirror_throttle, kmirror throttle) for the promote to finish sooner", m.throttle.Rate())
 }
 
 // promoteStop halts a caught-up partition and stops it when nothing
