@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -34,28 +35,49 @@ const syncTimeout = time.Minute
 // complete with the source gone too.
 const finalSyncTimeout = 5 * time.Second
 
-// interval is the mirror's metadata refresh interval: its spec's, else the
-// agent's.
-func (m *Runner) interval() time.Duration {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.intervalLocked()
+// metaSync is a mirror's metadata sync as the runner keeps it: the status
+// of each kind (describe, metrics), the channel closed to make the sync
+// loops run at once, and the final group syncs of stopping partitions. It
+// calls nothing of the runner, which may call it with its own lock held.
+type metaSync struct {
+	log     hclog.Logger
+	tracker *metasync.Tracker
+	final   finalSyncs
+
+	mu   sync.Mutex
+	kick chan struct{}
 }
 
-// intervalLocked is interval with m.mu held.
-func (m *Runner) intervalLocked() time.Duration {
-	if ms := m.spec.MetadataRefreshIntervalMs; ms > 0 {
-		return time.Duration(ms) * time.Millisecond
+func newMetaSync(log hclog.Logger) *metaSync {
+	return &metaSync{log: log, tracker: metasync.NewTracker(), kick: make(chan struct{})}
+}
+
+// kickAll makes every sync loop run at once (a spec changed).
+func (s *metaSync) kickAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.kick)
+	s.kick = make(chan struct{})
+}
+
+// kicked is closed at the next kickAll.
+func (s *metaSync) kicked() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.kick
+}
+
+// record records a sync's outcome for describe and metrics, logging a
+// failure when it starts or changes and a recovery once.
+func (s *metaSync) record(kind metasync.Kind, res metasync.Result, err error) {
+	if !s.tracker.Record(kind, res, err, time.Now()) {
+		return
 	}
-	return m.cfg.RefreshInterval
-}
-
-// kickSync makes every sync loop run at once (a spec changed).
-func (m *Runner) kickSync() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	close(m.syncKick)
-	m.syncKick = make(chan struct{})
+	if err != nil {
+		s.log.Error("metadata sync failed; the other kinds go on", "kind", kind, "error", err)
+	} else {
+		s.log.Info("metadata sync works again", "kind", kind)
+	}
 }
 
 // runSync runs the sync loop of each kind that has one (syncRuns) against
@@ -86,14 +108,14 @@ func (m *Runner) syncRuns(configs *metasync.Configs, groups *metasync.Groups, ac
 		// the topic sync.
 		metasync.KindPartitions: nil,
 		metasync.KindConfigs: func(ctx context.Context, spec mirrorspec.Spec) (metasync.Result, error) {
-			return configs.Sync(ctx, m.liveTopics(spec), spec.TopicConfigExclude)
+			return configs.Sync(ctx, liveTopics(spec.Topics, m.partitionStates()), spec.TopicConfigExclude)
 		},
 		metasync.KindGroups: func(ctx context.Context, spec mirrorspec.Spec) (metasync.Result, error) {
 			f, err := mirrorspec.NewGroupFilter(spec.GroupsInclude, spec.GroupsExclude)
 			if err != nil {
 				return metasync.Result{}, err
 			}
-			return groups.Sync(ctx, f, m.groupPartitions(spec))
+			return groups.Sync(ctx, f, groupPartitions(spec.Topics, m.partitionStates()))
 		},
 		metasync.KindACLs: func(ctx context.Context, spec mirrorspec.Spec) (metasync.Result, error) {
 			rules, err := mirrorspec.ParseACLRules("acl_include", spec.ACLInclude)
@@ -107,8 +129,11 @@ func (m *Runner) syncRuns(configs *metasync.Configs, groups *metasync.Groups, ac
 
 func (m *Runner) syncLoop(ctx context.Context, kind metasync.Kind, run syncRun) {
 	for {
+		// The kick before the spec: a spec changed after this look
+		// closes the kick this run waits on.
+		kick := m.sync.kicked()
 		m.mu.Lock()
-		spec, kick := m.spec, m.syncKick
+		spec := m.spec
 		m.mu.Unlock()
 		var res metasync.Result
 		// The writer lease (Config.Gate) is checked before every sync
@@ -123,7 +148,7 @@ func (m *Runner) syncLoop(ctx context.Context, kind metasync.Kind, run syncRun) 
 		if ctx.Err() != nil {
 			return
 		}
-		m.recordSync(kind, res, err)
+		m.sync.record(kind, res, err)
 		select {
 		case <-ctx.Done():
 			return
@@ -133,33 +158,29 @@ func (m *Runner) syncLoop(ctx context.Context, kind metasync.Kind, run syncRun) 
 	}
 }
 
-// recordSync records a sync's outcome for describe and metrics, logging a
-// failure when it starts or changes and a recovery once.
-func (m *Runner) recordSync(kind metasync.Kind, res metasync.Result, err error) {
-	if !m.sync.Record(kind, res, err, time.Now()) {
-		return
-	}
-	if err != nil {
-		m.log.Error("metadata sync failed; the other kinds go on", "kind", kind, "error", err)
-	} else {
-		m.log.Info("metadata sync works again", "kind", kind)
-	}
-}
-
-// liveTopics are spec's topics that still mirror: some partition known and
-// not STOPPING or STOPPED. A stopped topic is an ordinary destination topic:
-// its configs no longer follow the source.
-func (m *Runner) liveTopics(spec mirrorspec.Spec) []string {
+// partitionStates are the states of the mirror's partitions now.
+func (m *Runner) partitionStates() map[fetcher.TP]partition.State {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	live := map[string]bool{}
+	out := make(map[fetcher.TP]partition.State, len(m.parts))
 	for tp, rp := range m.parts {
-		if s := rp.pm.Status().State; s != partition.Stopping && s != partition.Stopped {
+		out[tp] = rp.pm.Status().State
+	}
+	return out
+}
+
+// liveTopics are the topics that still mirror: some partition known and
+// not STOPPING or STOPPED. A stopped topic is an ordinary destination topic:
+// its configs no longer follow the source.
+func liveTopics(topics []string, states map[fetcher.TP]partition.State) []string {
+	live := map[string]bool{}
+	for tp, s := range states {
+		if s != partition.Stopping && s != partition.Stopped {
 			live[tp.Topic] = true
 		}
 	}
 	var out []string
-	for _, t := range spec.Topics {
+	for _, t := range topics {
 		if live[t] {
 			out = append(out, t)
 		}
@@ -167,41 +188,47 @@ func (m *Runner) liveTopics(spec mirrorspec.Spec) []string {
 	return out
 }
 
-// groupPartitions are the partitions whose group offsets are synced: those
-// MIRRORING or PAUSED, where the destination holds the source's records at
-// the same offsets. Other states are either not there yet or, STOPPED, the
-// destination's own (a stop syncs them one last time).
-func (m *Runner) groupPartitions(spec mirrorspec.Spec) map[string][]int32 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+// groupPartitions are the partitions of topics whose group offsets are
+// synced: those MIRRORING or PAUSED, where the destination holds the
+// source's records at the same offsets. Other states are either not there
+// yet or, STOPPED, the destination's own (a stop syncs them one last time).
+func groupPartitions(topics []string, states map[fetcher.TP]partition.State) map[string][]int32 {
 	out := map[string][]int32{}
-	for tp, rp := range m.parts {
-		if s := rp.pm.Status().State; (s == partition.Mirroring || s == partition.Paused) && slices.Contains(spec.Topics, tp.Topic) {
+	for tp, s := range states {
+		if (s == partition.Mirroring || s == partition.Paused) && slices.Contains(topics, tp.Topic) {
 			out[tp.Topic] = append(out[tp.Topic], tp.Partition)
 		}
 	}
 	return out
 }
 
-// recordPartitionSync records the outcome of a topic sync as the partitions
-// kind: growth happens there (topics.Manager.Ensure).
+// recordPartitionSync records the outcome of a topic sync of topics as the
+// partitions kind: growth happens there (topics.Manager.Ensure).
 func (m *Runner) recordPartitionSync(topics []string) {
 	m.mu.Lock()
+	res, err := partitionSync(topics, m.topicErrs, slices.Collect(maps.Keys(m.parts)))
+	m.mu.Unlock()
+	m.sync.record(metasync.KindPartitions, res, err)
+}
+
+// partitionSync is the outcome of a topic sync of topics, given each
+// topic's error and the partitions running: the partitions of the topics
+// without an error, or what went wrong with the others.
+func partitionSync(topics []string, topicErrs map[string]string, parts []fetcher.TP) (metasync.Result, error) {
 	var errs []error
 	items := 0
 	for _, t := range topics {
-		if e := m.topicErrs[t]; e != "" {
+		if e := topicErrs[t]; e != "" {
 			errs = append(errs, fmt.Errorf("topic %q: %s", t, e))
 			continue
 		}
-		for tp := range m.parts {
+		for _, tp := range parts {
 			if tp.Topic == t {
 				items++
 			}
 		}
 	}
-	m.mu.Unlock()
-	m.recordSync(metasync.KindPartitions, metasync.Result{Items: items}, errors.Join(errs...))
+	return metasync.Result{Items: items}, errors.Join(errs...)
 }
 
 // finalGroupSync syncs the group offsets of tp once more when it stops, its
@@ -213,31 +240,20 @@ func (m *Runner) recordPartitionSync(topics []string) {
 // topic of many partitions reads the groups twice rather than once per
 // partition.
 func (m *Runner) finalGroupSync(ctx context.Context, tp fetcher.TP) {
-	done := make(chan struct{})
-	m.final.mu.Lock()
-	if m.final.pending == nil {
-		m.final.pending = map[string][]int32{}
-	}
-	m.final.pending[tp.Topic] = append(m.final.pending[tp.Topic], tp.Partition)
-	m.final.waiters = append(m.final.waiters, done)
-	if !m.final.running {
-		m.final.running = true
+	done, start := m.sync.final.add(tp)
+	if start {
 		// (A stop calls this from a lifecycle goroutine, so ops is
 		// not zero here: run waits for this one too.)
-		m.ops.Add(1)
-		go func() {
-			defer m.ops.Done()
-			m.runFinalSyncs()
-		}()
+		m.ops.Go(func() { m.sync.final.runAll(m.syncGroupsNow) })
 	}
-	m.final.mu.Unlock()
 	select {
 	case <-done:
 	case <-ctx.Done():
 	}
 }
 
-// finalSyncs batches the final group syncs of stopping partitions.
+// finalSyncs batches the final group syncs of stopping partitions: one
+// runs at a time, and the partitions that arrive meanwhile go in the next.
 type finalSyncs struct {
 	mu      sync.Mutex
 	running bool
@@ -245,19 +261,37 @@ type finalSyncs struct {
 	waiters []chan struct{}
 }
 
-// runFinalSyncs runs final group syncs until none is pending.
-func (m *Runner) runFinalSyncs() {
+// add queues tp for the next final sync. done is closed once a sync that
+// included tp has run; start says that none runs, and the caller must
+// start runAll.
+func (f *finalSyncs) add(tp fetcher.TP) (done <-chan struct{}, start bool) {
+	ch := make(chan struct{})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.pending == nil {
+		f.pending = map[string][]int32{}
+	}
+	f.pending[tp.Topic] = append(f.pending[tp.Topic], tp.Partition)
+	f.waiters = append(f.waiters, ch)
+	start = !f.running
+	f.running = true
+	return ch, start
+}
+
+// runAll runs sync on the pending partitions, batch after batch, until
+// none is pending.
+func (f *finalSyncs) runAll(sync func(parts map[string][]int32)) {
 	for {
-		m.final.mu.Lock()
-		parts, waiters := m.final.pending, m.final.waiters
-		m.final.pending, m.final.waiters = nil, nil
+		f.mu.Lock()
+		parts, waiters := f.pending, f.waiters
+		f.pending, f.waiters = nil, nil
 		if len(waiters) == 0 {
-			m.final.running = false
-			m.final.mu.Unlock()
+			f.running = false
+			f.mu.Unlock()
 			return
 		}
-		m.final.mu.Unlock()
-		m.syncGroupsNow(parts)
+		f.mu.Unlock()
+		sync(parts)
 		for _, w := range waiters {
 			close(w)
 		}
@@ -282,7 +316,7 @@ func (m *Runner) syncGroupsNow(parts map[string][]int32) {
 	defer cancel()
 	res, err := metasync.NewGroups(kadm.NewClient(src.cl), m.cfg.Admin, m.log.Named("groups")).Sync(ctx, f, parts)
 	if err != nil {
-		m.sync.Record(metasync.KindGroups, metasync.Result{}, fmt.Errorf("at the stop of %v: %w", parts, err), time.Now())
+		m.sync.tracker.Record(metasync.KindGroups, metasync.Result{}, fmt.Errorf("at the stop of %v: %w", parts, err), time.Now())
 		m.log.Warn("stop: the final consumer group offset sync failed; offsets stay as last synced", "partitions", parts, "error", err)
 		return
 	}

@@ -25,7 +25,6 @@ import (
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/kafkaconn"
 	"github.com/kmirror/kmirror/agent/leaders"
-	"github.com/kmirror/kmirror/agent/metasync"
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/agent/topics"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
@@ -74,11 +73,8 @@ type Runner struct {
 	// recreating: topics a recover with recreate is deleting and
 	// creating again (recreate.go); topic syncs leave them alone.
 	recreating map[string]bool
-	// Metadata sync (metasync.go): its status per kind, and a channel
-	// closed to make the sync loops run at once.
-	sync     *metasync.Tracker
-	syncKick chan struct{}
-	final    finalSyncs
+	// sync is the metadata sync (metasync.go).
+	sync *metaSync
 	// sourceClusterID is the source's cluster id, from its metadata when
 	// the mirror last connected; empty until it has.
 	sourceClusterID string
@@ -96,7 +92,7 @@ func New(cfg *Config, rec Record) *Runner {
 		refresh: make(chan struct{}, 1), done: make(chan struct{}),
 		life:   newLifecycle(),
 		fences: newFences(cfg.ReadOnly, log), recreating: map[string]bool{},
-		sync: metasync.NewTracker(), syncKick: make(chan struct{}),
+		sync:     newMetaSync(log),
 		ctx:      context.Background(),
 		throttle: newThrottle(),
 	}
@@ -149,7 +145,7 @@ func (m *Runner) SetSpec(s mirrorspec.Spec) {
 	case m.refresh <- struct{}{}:
 	default:
 	}
-	m.kickSync()
+	m.sync.kickAll()
 }
 
 func (m *Runner) setErr(err error) {
@@ -481,7 +477,7 @@ func (m *Runner) failTopic(ctx context.Context, topic string, partitions int32, 
 func (m *Runner) Status() mirrorapi.Mirror {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	st := mirrorapi.Mirror{Name: m.spec.Name, Source: kafkaconn.Redact(m.spec.Source), TopicRegex: slices.Clone(m.spec.TopicRegex), Error: m.err, Warnings: slices.Clone(m.warnings), StateCounts: map[partition.State]int{}, Sync: m.sync.Status()}
+	st := mirrorapi.Mirror{Name: m.spec.Name, Source: kafkaconn.Redact(m.spec.Source), TopicRegex: slices.Clone(m.spec.TopicRegex), Error: m.err, Warnings: slices.Clone(m.warnings), StateCounts: map[partition.State]int{}, Sync: m.sync.tracker.Status()}
 	m.settingsLocked(&st)
 	if m.fetch != nil {
 		st.BufferedBytes = m.fetch.Buffered()
@@ -539,6 +535,22 @@ func (s sourceReader) Bounds(ctx context.Context, topic string, partition int32)
 
 func (s sourceReader) ReadAt(ctx context.Context, tp fetcher.TP, offset int64, maxBytes int32) (fetcher.Chunk, error) {
 	return fetcher.ReadAt(ctx, s.cl, s.meta, tp, offset, maxBytes)
+}
+
+// interval is the mirror's metadata refresh interval: its spec's, else the
+// agent's.
+func (m *Runner) interval() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.intervalLocked()
+}
+
+// intervalLocked is interval with m.mu held.
+func (m *Runner) intervalLocked() time.Duration {
+	if ms := m.spec.MetadataRefreshIntervalMs; ms > 0 {
+		return time.Duration(ms) * time.Millisecond
+	}
+	return m.cfg.RefreshInterval
 }
 
 // settingsLocked puts the mirror's settings into st with the defaults they
