@@ -260,8 +260,7 @@ func ApplyFailback(ctx context.Context, cfg *Config, mirror string, plan Failbac
 // putFailback persists rec; a side topic of an earlier attempt that got as
 // far as recreating the topic stays reported.
 func putFailback(ctx context.Context, cfg *Config, mirror, topic string, rec failbackRecord) error {
-	var prev failbackRecord
-	if ReadRecord(cfg.Store, failbackKey(mirror, topic), &prev) && prev.DivergentTopic != "" && rec.DivergentTopic == "" {
+	if prev, ok := failbackOf(cfg.Store, mirror, topic); ok && prev.DivergentTopic != "" && rec.DivergentTopic == "" {
 		rec.DivergentTopic, rec.DivergentRecords, rec.Recreated = prev.DivergentTopic, prev.DivergentRecords, prev.Recreated
 	}
 	return WriteRecord(ctx, cfg.Store, failbackKey(mirror, topic), rec)
@@ -430,11 +429,7 @@ func moveDivergent(ctx context.Context, cfg *Config, topic string, partitions in
 	if err := deleteDestinationTopic(ctx, cfg, topic); err != nil {
 		return fmt.Errorf("failback of topic %q: the divergent records are in %q; %w", topic, side, err)
 	}
-	rec.Recreated = true
-	for p, fp := range rec.Partitions {
-		fp.Base = 0
-		rec.Partitions[p] = fp
-	}
+	rec.recreated()
 	return nil
 }
 
@@ -470,22 +465,43 @@ func deleteDestinationTopic(ctx context.Context, cfg *Config, topic string) erro
 	return nil
 }
 
+// recreated records that the destination topic was deleted, to be created
+// again and mirrored from the source's log start: no partition resumes
+// where the failback found it.
+func (rec *failbackRecord) recreated() {
+	rec.Recreated = true
+	for p, fp := range rec.Partitions {
+		fp.Base = 0
+		rec.Partitions[p] = fp
+	}
+}
+
+// failbackOf is mirror's failback record of topic, false for an ordinary
+// mirror topic.
+func failbackOf(store Store, mirror, topic string) (failbackRecord, bool) {
+	var rec failbackRecord
+	ok := ReadRecord(store, failbackKey(mirror, topic), &rec)
+	return rec, ok
+}
+
 // failbackBase is tp's partition.Config.Base: where a failback took the
 // destination partition over, 0 for an ordinary mirror topic.
 func (m *Runner) failbackBase(tp fetcher.TP) int64 {
-	var rec failbackRecord
-	if !ReadRecord(m.cfg.Store, failbackKey(m.rec.Spec.Name, tp.Topic), &rec) {
-		return 0
-	}
+	rec, _ := failbackOf(m.cfg.Store, m.rec.Spec.Name, tp.Topic)
 	return rec.Partitions[tp.Partition].Base
 }
 
 // failbackStatus is describe's view of a failback topic, nil for others.
 func (m *Runner) failbackStatus(topic string) *mirrorapi.Failback {
-	var rec failbackRecord
-	if !ReadRecord(m.cfg.Store, failbackKey(m.rec.Spec.Name, topic), &rec) {
+	rec, ok := failbackOf(m.cfg.Store, m.rec.Spec.Name, topic)
+	if !ok {
 		return nil
 	}
+	return rec.status()
+}
+
+// status is describe's view of rec.
+func (rec failbackRecord) status() *mirrorapi.Failback {
 	out := &mirrorapi.Failback{
 		SourceMirror: rec.SourceMirror, Recreated: rec.Recreated,
 		DivergentTopic: rec.DivergentTopic, DivergentRecords: rec.DivergentRecords,

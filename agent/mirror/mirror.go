@@ -70,9 +70,9 @@ type Runner struct {
 
 	// throttle is enforced by every fetcher of the mirror (throttle.go).
 	throttle *throttle
-	// recreating: topics a recover with recreate is deleting and
-	// creating again (recreate.go); topic syncs leave them alone.
-	recreating map[string]bool
+	// recreates are the topics a recover with recreate is deleting and
+	// creating again (recreate.go).
+	recreates recreates
 	// sync is the metadata sync (metasync.go).
 	sync *metaSync
 	// sourceClusterID is the source's cluster id, from its metadata when
@@ -90,8 +90,8 @@ func New(cfg *Config, rec Record) *Runner {
 		cfg: cfg, log: log, rec: rec, spec: rec.Spec,
 		topicErrs: map[string]string{}, topicErrCodes: map[string]reason.Code{}, parts: map[fetcher.TP]*runningPartition{},
 		refresh: make(chan struct{}, 1), done: make(chan struct{}),
-		life:   newLifecycle(),
-		fences: newFences(cfg.ReadOnly, log), recreating: map[string]bool{},
+		life:     newLifecycle(),
+		fences:   newFences(cfg.ReadOnly, log),
 		sync:     newMetaSync(log),
 		ctx:      context.Background(),
 		throttle: newThrottle(),
@@ -278,11 +278,8 @@ func (m *Runner) syncTopics(ctx context.Context, mgr *topics.Manager, source sou
 	names := append([]string(nil), m.spec.Topics...)
 	m.mu.Unlock()
 	for _, topic := range names {
-		m.mu.Lock()
-		recreating := m.recreating[topic]
-		m.mu.Unlock()
-		if recreating {
-			continue
+		if m.recreates.underway(topic) {
+			continue // recreateTopic restarts its partitions
 		}
 		err := m.syncTopic(ctx, mgr, source, f, topic)
 		m.mu.Lock()

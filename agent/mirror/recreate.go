@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -20,17 +21,39 @@ import (
 	"github.com/kmirror/kmirror/internal/reason"
 )
 
+// recreates are the topics a recover with recreate is deleting and
+// creating again: topic syncs leave them alone meanwhile.
+type recreates struct {
+	mu     sync.Mutex
+	topics map[string]bool
+}
+
+// begin marks topic as being recreated until end is called.
+func (r *recreates) begin(topic string) (end func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.topics == nil {
+		r.topics = map[string]bool{}
+	}
+	r.topics[topic] = true
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(r.topics, topic)
+	}
+}
+
+// underway says whether topic is being recreated.
+func (r *recreates) underway(topic string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.topics[topic]
+}
+
 // recreateTopic recreates topic on the destination and restarts the
 // partitions of targets that belong to it.
 func (m *Runner) recreateTopic(ctx context.Context, topic string, targets []target) error {
-	m.mu.Lock()
-	m.recreating[topic] = true
-	m.mu.Unlock()
-	defer func() {
-		m.mu.Lock()
-		delete(m.recreating, topic)
-		m.mu.Unlock()
-	}()
+	defer m.recreates.begin(topic)()
 	// Partitions of the topic that still mirror write to the topic about
 	// to be deleted: halted first, started again by restartPartition.
 	for _, tg := range targets {
@@ -78,13 +101,8 @@ func (m *Runner) recreateTopic(ctx context.Context, topic string, targets []targ
 	if err := m.cfg.Store.Put(ctx, topicKey(m.rec.Spec.Name, topic), nil); err != nil {
 		return fmt.Errorf("recover with recreate of topic %q: %w", topic, err)
 	}
-	var fb failbackRecord
-	if ReadRecord(m.cfg.Store, failbackKey(m.rec.Spec.Name, topic), &fb) {
-		fb.Recreated = true
-		for p, fp := range fb.Partitions {
-			fp.Base = 0
-			fb.Partitions[p] = fp
-		}
+	if fb, ok := failbackOf(m.cfg.Store, m.rec.Spec.Name, topic); ok {
+		fb.recreated()
 		if err := WriteRecord(ctx, m.cfg.Store, failbackKey(m.rec.Spec.Name, topic), fb); err != nil {
 			return fmt.Errorf("recover with recreate of topic %q: %w", topic, err)
 		}
