@@ -117,8 +117,8 @@ func (ACLSourceFence) Fence(ctx context.Context, req FenceRequest) (FenceResult,
 // options when the mirror is not connected, and records whether it did for
 // describe. An error refuses the promote.
 func (m *Runner) fenceSource(ctx context.Context, topics []string) error {
+	src := m.conn.sourceNow()
 	m.mu.Lock()
-	src := m.source
 	spec := m.spec
 	m.mu.Unlock()
 	var admCl *kgo.Client

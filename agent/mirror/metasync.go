@@ -301,8 +301,9 @@ func (f *finalSyncs) runAll(sync func(parts map[string][]int32)) {
 // syncGroupsNow syncs the group offsets of parts, within the bound of a
 // stop's final sync.
 func (m *Runner) syncGroupsNow(parts map[string][]int32) {
+	src := m.conn.sourceNow()
 	m.mu.Lock()
-	src, spec := m.source, m.spec
+	spec := m.spec
 	m.mu.Unlock()
 	if src == nil {
 		m.log.Warn("stop: the source is not connected; consumer group offsets stay as last synced", "partitions", parts)
