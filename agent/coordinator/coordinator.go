@@ -79,7 +79,8 @@ type Config struct {
 	Logger hclog.Logger
 }
 
-// Coordinator runs the mirrors of one agent.
+// Coordinator keeps the mirrors of one agent and runs each in a
+// mirror.Runner.
 type Coordinator struct {
 	cfg    Config
 	log    hclog.Logger

@@ -37,25 +37,17 @@ type Config struct {
 	// Registry is the agent's registry of mirrors.
 	Registry Registry
 
-	// RefreshInterval is the metadata refresh interval of mirrors whose
+	// The agent's settings, as coordinator.Config documents them, with
+	// their defaults resolved. RefreshInterval is that of mirrors whose
 	// spec sets none.
 	RefreshInterval time.Duration
-	// Fillers is how invisible destination offsets are written.
-	Fillers partition.FillerMethod
-	// HangingTxnAfter is how long a source transaction may stall a
-	// caught-up partition before describe reports it.
 	HangingTxnAfter time.Duration
-	// StopTimeout bounds a failover stop of a partition.
-	StopTimeout time.Duration
-	// PromoteTimeout bounds how long a promote waits for lag 0.
-	PromoteTimeout time.Duration
-	// SourceFence fences writes on the source topics when a promote
-	// starts.
-	SourceFence SourceFence
-	// Gate, when set, is asked right before every write to the
-	// destination; an error refuses that write.
-	Gate   func() error
-	Logger hclog.Logger
+	StopTimeout     time.Duration
+	PromoteTimeout  time.Duration
+	Fillers         partition.FillerMethod
+	SourceFence     SourceFence
+	Gate            func() error
+	Logger          hclog.Logger
 }
 
 // Store is the state topic as runners use it (statestore.Store): a map
