@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/kmirror/kmirror/agent/mirror"
 	"github.com/kmirror/kmirror/agent/statestore"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 	"github.com/kmirror/kmirror/internal/mirrorspec"
@@ -24,6 +25,9 @@ var (
 	ErrMirrorNotFound  = errors.New("mirror not found")
 	ErrMirrorExists    = errors.New("mirror already exists")
 	ErrMirrorHasTopics = errors.New("mirror has topics")
+	// ErrFailbackRefused is wrapped by the errors of a failback that
+	// cannot go on as asked; the message says why and what to do.
+	ErrFailbackRefused = mirror.ErrFailbackRefused
 )
 
 // InvalidSpecError is a refused spec; its message names the field.
@@ -49,8 +53,8 @@ func (c *Coordinator) Running() bool {
 }
 
 // record returns mirror name's persisted record.
-func (c *Coordinator) record(name string) (mirrorRecord, bool, error) {
-	var rec mirrorRecord
+func (c *Coordinator) record(name string) (mirror.Record, bool, error) {
+	var rec mirror.Record
 	v, ok := c.store.Get(mirrorKey(name))
 	if !ok {
 		return rec, false, nil
@@ -63,7 +67,7 @@ func (c *Coordinator) record(name string) (mirrorRecord, bool, error) {
 
 // existing is record for a mirror that must exist: ErrMirrorNotFound when
 // it does not.
-func (c *Coordinator) existing(name string) (mirrorRecord, error) {
+func (c *Coordinator) existing(name string) (mirror.Record, error) {
 	rec, ok, err := c.record(name)
 	if err == nil && !ok {
 		err = fmt.Errorf("mirror %q: %w", name, ErrMirrorNotFound)
@@ -188,16 +192,16 @@ func (c *Coordinator) AddTopicsWith(ctx context.Context, name string, req AddReq
 		return err
 	}
 	if req.Failback {
-		plans := make([]failbackPlan, 0, len(req.Topics))
+		plans := make([]mirror.FailbackPlan, 0, len(req.Topics))
 		for _, t := range req.Topics {
-			plan, err := c.planFailback(ctx, spec, t, req.Recreate)
+			plan, err := mirror.PlanFailback(ctx, c.runners, spec, t, req.Recreate)
 			if err != nil {
 				return err
 			}
 			plans = append(plans, plan)
 		}
 		for _, plan := range plans {
-			if err := c.applyFailback(ctx, spec.Name, plan); err != nil {
+			if err := mirror.ApplyFailback(ctx, c.runners, spec.Name, plan); err != nil {
 				return err
 			}
 		}
@@ -222,7 +226,7 @@ func (c *Coordinator) Delete(ctx context.Context, name string, force bool) error
 	c.stop(name)
 	// Its topics stay as ordinary, writable topics: their read-only ACLs
 	// go first, so that a failure leaves the mirror to retry with.
-	if st := c.roStatusNow(); st == nil || st.Authorizer {
+	if st := c.ro.Last(); st == nil || st.Authorizer {
 		for _, t := range rec.Spec.Topics {
 			if err := c.ro.Release(ctx, t); err != nil {
 				c.start(name)
@@ -248,7 +252,7 @@ func (c *Coordinator) Delete(ctx context.Context, name string, force bool) error
 	// it; a source that cannot be reached does not keep a mirror from
 	// being deleted (it may be gone for good), so that is only logged.
 	var t mirrorapi.Throttle
-	if c.getJSON(throttleKey(name), &t) {
+	if mirror.ReadRecord(c.store, throttleKey(name), &t) {
 		if t.SourceQuota {
 			if err := c.setSourceQuota(ctx, rec.Spec, storedQuotaEntity(name, t), 0); err != nil {
 				c.log.Warn("deleting mirror: the source quota stays; remove it by hand", "mirror", name, "error", err)
@@ -267,8 +271,8 @@ func (c *Coordinator) Delete(ctx context.Context, name string, force bool) error
 	return nil
 }
 
-// running returns mirror name's run, nil when it does not run.
-func (c *Coordinator) running(name string) *mirror {
+// running returns mirror name's runner, nil when it does not run.
+func (c *Coordinator) running(name string) *mirror.Runner {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.mirrors[name]
@@ -283,10 +287,7 @@ func (c *Coordinator) stop(name string) {
 	if !ok {
 		return
 	}
-	if m.cancel != nil {
-		m.cancel()
-	}
-	m.wait()
+	m.Stop()
 }
 
 // start runs mirror name from its persisted record, if Run has started and
@@ -309,17 +310,48 @@ func (c *Coordinator) start(name string) {
 func (c *Coordinator) restart(name string) {
 	var id string
 	if m := c.running(name); m != nil {
-		m.mu.Lock()
-		id = m.sourceClusterID
-		m.mu.Unlock()
+		id = m.SourceClusterID()
 	}
 	c.stop(name)
 	c.start(name)
 	if m := c.running(name); m != nil {
-		m.mu.Lock()
-		if m.sourceClusterID == "" {
-			m.sourceClusterID = id
-		}
-		m.mu.Unlock()
+		m.KeepSourceClusterID(id)
 	}
+}
+
+// registry is the coordinator as its runners see it (mirror.Registry).
+type registry struct{ c *Coordinator }
+
+// AddMatchedTopics adds the topics of matched that no mirror has to mirror
+// name's spec. It gives way to admin operations under way (the runner asks
+// again at its next refresh): one of them may be waiting for this mirror to
+// stop.
+func (r registry) AddMatchedTopics(ctx context.Context, name string, matched []string) ([]string, error) {
+	if !adminMu.TryLock() {
+		return nil, nil
+	}
+	defer adminMu.Unlock()
+	c := r.c
+	rec, ok, err := c.record(name)
+	if err != nil || !ok {
+		return nil, nil
+	}
+	taken := map[string]bool{}
+	for _, other := range c.Mirrors() {
+		for _, t := range other.Topics {
+			taken[t] = true
+		}
+	}
+	var added []string
+	for _, t := range matched {
+		if !taken[t] && mirrorspec.CheckTopicName(t) == nil {
+			added = append(added, t)
+		}
+	}
+	if len(added) == 0 {
+		return nil, nil
+	}
+	spec := rec.Spec
+	spec.Topics = append(slices.Clone(spec.Topics), added...)
+	return added, c.Apply(ctx, spec)
 }

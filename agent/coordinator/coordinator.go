@@ -1,12 +1,11 @@
-// Package coordinator owns the agent's mirrors: it persists their intent and
-// per-partition state in the state topic, creates and grows destination
-// topics, and runs one partition mirror per source partition. Nothing else
-// starts or stops a partition mirror.
+// Package coordinator owns the agent's mirrors: it keeps their registry,
+// persists their specs and throttles in the state topic, and serves the admin
+// operations on them. Each mirror runs in a runner of package mirror, which
+// the coordinator alone starts and stops.
 package coordinator
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -22,6 +21,7 @@ import (
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/kafkaconn"
 	"github.com/kmirror/kmirror/agent/leaders"
+	"github.com/kmirror/kmirror/agent/mirror"
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/agent/readonly"
 	"github.com/kmirror/kmirror/agent/secrets"
@@ -29,7 +29,6 @@ import (
 	"github.com/kmirror/kmirror/agent/writer"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 	"github.com/kmirror/kmirror/internal/mirrorspec"
-	"github.com/kmirror/kmirror/internal/reason"
 )
 
 // Config is what a coordinator runs with.
@@ -80,114 +79,31 @@ type Config struct {
 	Logger hclog.Logger
 }
 
-// Coordinator runs the mirrors of one agent.
+// Coordinator keeps the mirrors of one agent and runs each in a
+// mirror.Runner.
 type Coordinator struct {
 	cfg    Config
 	log    hclog.Logger
 	store  *statestore.Store
 	dst    *kgo.Client
-	dstAdm *kadm.Client
 	writer *writer.Writer
-	budget *fetcher.Budget
-
-	// Read-only mirror topics (readonly.go): the destination's enforcer
-	// and the result of its Check, nil until one concluded.
-	ro          *readonly.Enforcer
-	roMu        sync.Mutex
-	roStatus    *readonly.Status
-	roErr       string
-	roCheckedAt time.Time
+	// ro makes mirror topics read-only; runners share it (mirror.ReadOnly).
+	ro *mirror.ReadOnly
+	// runners is what every runner shares.
+	runners *mirror.Config
 
 	mu      sync.Mutex
 	runCtx  context.Context
-	mirrors map[string]*mirror
+	mirrors map[string]*mirror.Runner
 }
 
-// mirrorRecord is a mirror as the state topic keeps it.
-type mirrorRecord struct {
-	Spec mirrorspec.Spec `json:"spec"`
-	// ProducerID and Epoch are the idempotent writer of every partition of
-	// the mirror: fixed for its life so that sequences stay deterministic.
-	ProducerID int64     `json:"producer_id"`
-	Epoch      int16     `json:"producer_epoch"`
-	Created    time.Time `json:"created"`
-}
+// MirrorStatus is one mirror as describe shows it.
+type MirrorStatus = mirrorapi.Mirror
 
-// partitionRecord is a partition's persisted state.
-type partitionRecord struct {
-	State  partition.State `json:"state"`
-	Reason string          `json:"reason,omitempty"`
-	// ReasonCode is Reason's code (package reason); empty in records
-	// written before codes were kept.
-	ReasonCode mirrorapi.ReasonCode `json:"reason_code,omitempty"`
-	// LastMirroredOffset is the last offset mirrored: the destination end
-	// minus one when the partition paused or stopped (KIP-1279's LMO),
-	// the figure last reported otherwise (0 in records written before it
-	// was kept).
-	LastMirroredOffset int64 `json:"last_mirrored_offset"`
-	// StopMode is how a STOPPING partition stops, to finish the stop
-	// after a restart, and how a STOPPED one stopped (describe shows it).
-	StopMode StopMode `json:"stop_mode,omitempty"`
-}
-
-// legacyRealignFailed is how a record written before reason codes were kept
-// says SourceTopicRecreatedRealignFailed.
-const legacyRealignFailed = "a recover cannot re-align it"
-
-// UnmarshalJSON reads a record. One written before reason codes were kept
-// gets the code that a decision branches on from the message it kept: the
-// one place a message is read for its meaning, and only for old records.
-func (pr *partitionRecord) UnmarshalJSON(b []byte) error {
-	type plain partitionRecord
-	if err := json.Unmarshal(b, (*plain)(pr)); err != nil {
-		return err
-	}
-	if pr.ReasonCode == "" && pr.State == partition.Failed && strings.Contains(pr.Reason, legacyRealignFailed) {
-		pr.ReasonCode = reason.SourceTopicRecreatedRealignFailed
-	}
-	return nil
-}
-
-// topicRecord is what the agent remembers of a mirror topic.
-type topicRecord struct {
-	SourceTopicID topicID `json:"source_topic_id"`
-	// DestinationTopicID is the mirror topic's id on the destination (zero
-	// in records written before it was kept, or when the broker reports
-	// none): a new id means the topic was deleted and recreated there.
-	DestinationTopicID topicID `json:"destination_topic_id"`
-}
-
-// topicID is a topic id as the state topic keeps it, in kadm's JSON form
-// (base64), which kadm.TopicID writes but cannot read back.
-type topicID kadm.TopicID
-
-func (t topicID) String() string               { return kadm.TopicID(t).String() }
-func (t topicID) MarshalJSON() ([]byte, error) { return kadm.TopicID(t).MarshalJSON() }
-
-func (t *topicID) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return err
-	}
-	raw, err := base64.StdEncoding.DecodeString(s)
-	if err != nil {
-		return fmt.Errorf("topic id %q: %w", s, err)
-	}
-	if len(raw) != len(t) {
-		return fmt.Errorf("topic id %q: %d bytes, want %d", s, len(raw), len(t))
-	}
-	copy(t[:], raw)
-	return nil
-}
+// TopicStatus is one mirror topic.
+type TopicStatus = mirrorapi.Topic
 
 func mirrorKey(name string) string { return "mirror/" + name }
-func topicKey(m, t string) string  { return "topic/" + m + "/" + t }
-func partitionKey(m string, tp fetcher.TP) string {
-	return fmt.Sprintf("partition/%s/%s/%d", m, tp.Topic, tp.Partition)
-}
-func alignmentKey(m string, tp fetcher.TP) string {
-	return fmt.Sprintf("alignment/%s/%s/%d", m, tp.Topic, tp.Partition)
-}
 
 // New connects to the destination and loads the state topic.
 func New(ctx context.Context, cfg Config) (*Coordinator, error) {
@@ -231,17 +147,23 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 		log:     cfg.Logger,
 		store:   store,
 		dst:     dst,
-		dstAdm:  dstAdm,
 		writer:  w,
-		budget:  fetcher.NewBudget(cfg.BufferBytes),
-		mirrors: map[string]*mirror{},
+		mirrors: map[string]*mirror.Runner{},
 		// The agent's own writing client: Check produces through a
 		// DENY with it to learn whether the agent is a super user.
-		ro: readonly.New(dstAdm, readonly.WithClient(dst), readonly.WithGate(cfg.Gate)),
+		ro: mirror.NewReadOnly(readonly.New(dstAdm, readonly.WithClient(dst), readonly.WithGate(cfg.Gate)), cfg.Logger),
+	}
+	c.runners = &mirror.Config{
+		Store: store, Destination: dst, DestinationOpts: cfg.Destination, Admin: dstAdm,
+		Writer: w, Budget: fetcher.NewBudget(cfg.BufferBytes), ReadOnly: c.ro,
+		SourceOpts: c.sourceOpts, Registry: registry{c},
+		RefreshInterval: cfg.RefreshInterval, Fillers: cfg.Fillers, HangingTxnAfter: cfg.HangingTxnAfter,
+		StopTimeout: cfg.StopTimeout, PromoteTimeout: cfg.PromoteTimeout, SourceFence: cfg.SourceFence,
+		Gate: cfg.Gate, Logger: cfg.Logger,
 	}
 	// Once per destination, at start; a check that does not conclude is
 	// retried at the mirrors' topic syncs.
-	c.checkReadOnly(ctx)
+	c.ro.Check(ctx)
 	return c, nil
 }
 
@@ -258,7 +180,7 @@ func (c *Coordinator) Mirrors() []mirrorspec.Spec {
 		if !strings.HasPrefix(k, "mirror/") {
 			continue
 		}
-		var r mirrorRecord
+		var r mirror.Record
 		if json.Unmarshal(v, &r) == nil {
 			out = append(out, r.Spec)
 		}
@@ -280,7 +202,7 @@ func (c *Coordinator) Apply(ctx context.Context, spec mirrorspec.Spec) error {
 		return &InvalidSpecError{Err: err}
 	}
 	spec.Source = sealed
-	var rec mirrorRecord
+	var rec mirror.Record
 	if v, ok := c.store.Get(mirrorKey(spec.Name)); ok {
 		if err := json.Unmarshal(v, &rec); err != nil {
 			return fmt.Errorf("reading mirror %q from the state topic: %w", spec.Name, err)
@@ -294,7 +216,7 @@ func (c *Coordinator) Apply(ctx context.Context, spec mirrorspec.Spec) error {
 		if err != nil {
 			return fmt.Errorf("creating mirror %q: %w", spec.Name, err)
 		}
-		rec = mirrorRecord{Spec: spec, ProducerID: pid, Epoch: epoch, Created: time.Now().UTC()}
+		rec = mirror.Record{Spec: spec, ProducerID: pid, Epoch: epoch, Created: time.Now().UTC()}
 	}
 	v, err := json.Marshal(rec)
 	if err != nil {
@@ -306,19 +228,11 @@ func (c *Coordinator) Apply(ctx context.Context, spec mirrorspec.Spec) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if m, ok := c.mirrors[spec.Name]; ok {
-		m.setSpec(spec)
+		m.SetSpec(spec)
 	} else if c.runCtx != nil {
 		c.startLocked(rec)
 	}
 	return nil
-}
-
-// gate asks Config.Gate whether this agent may write now.
-func (c *Coordinator) gate() error {
-	if c.cfg.Gate == nil {
-		return nil
-	}
-	return c.cfg.Gate()
 }
 
 // sourceOpts are the options of every source client of a mirror: its
@@ -346,7 +260,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		if !strings.HasPrefix(k, "mirror/") {
 			continue
 		}
-		var rec mirrorRecord
+		var rec mirror.Record
 		if err := json.Unmarshal(v, &rec); err != nil {
 			c.log.Error("skipping unreadable mirror record", "key", k, "error", err)
 			continue
@@ -356,56 +270,39 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	c.mu.Unlock()
 	<-ctx.Done()
 	c.mu.Lock()
-	ms := make([]*mirror, 0, len(c.mirrors))
+	ms := make([]*mirror.Runner, 0, len(c.mirrors))
 	for _, m := range c.mirrors {
 		ms = append(ms, m)
 	}
 	c.mu.Unlock()
 	for _, m := range ms {
-		m.wait()
+		m.Wait()
 	}
 	return nil
 }
 
-func (c *Coordinator) startLocked(rec mirrorRecord) {
-	m := newMirror(c, rec)
+func (c *Coordinator) startLocked(rec mirror.Record) {
+	m := mirror.New(c.runners, rec)
 	var t mirrorapi.Throttle
-	if c.getJSON(throttleKey(rec.Spec.Name), &t) {
-		m.setThrottle(&t) // before its first fetch
+	if mirror.ReadRecord(c.store, throttleKey(rec.Spec.Name), &t) {
+		m.SetThrottle(&t) // before its first fetch
 	}
 	c.mirrors[rec.Spec.Name] = m
-	ctx, cancel := context.WithCancel(c.runCtx)
-	m.cancel = cancel // Delete (admin.go) stops one mirror
-	m.ctx = ctx
-	go m.run(ctx)
+	m.Start(c.runCtx) // Delete (admin.go) stops one mirror
 }
 
 // Describe returns the status of every mirror, sorted by name.
 func (c *Coordinator) Describe() []MirrorStatus {
 	c.mu.Lock()
-	ms := make([]*mirror, 0, len(c.mirrors))
+	ms := make([]*mirror.Runner, 0, len(c.mirrors))
 	for _, m := range c.mirrors {
 		ms = append(ms, m)
 	}
 	c.mu.Unlock()
 	out := make([]MirrorStatus, 0, len(ms))
 	for _, m := range ms {
-		out = append(out, m.status())
+		out = append(out, m.Status())
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
-}
-
-// putJSON persists v under key.
-func (c *Coordinator) putJSON(ctx context.Context, key string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return c.store.Put(ctx, key, b)
-}
-
-func (c *Coordinator) getJSON(key string, v any) bool {
-	b, ok := c.store.Get(key)
-	return ok && json.Unmarshal(b, v) == nil
 }

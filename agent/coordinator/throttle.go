@@ -13,14 +13,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/kmirror/kmirror/agent/fetcher"
+	"github.com/kmirror/kmirror/agent/mirror"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
@@ -43,7 +42,7 @@ func (c *Coordinator) Throttle(name string) (mirrorapi.Throttle, error) {
 		return mirrorapi.Throttle{}, err
 	}
 	var t mirrorapi.Throttle
-	if !c.getJSON(throttleKey(name), &t) {
+	if !mirror.ReadRecord(c.store, throttleKey(name), &t) {
 		return mirrorapi.Throttle{}, fmt.Errorf("mirror %q: %w", name, ErrThrottleNotFound)
 	}
 	return t, nil
@@ -64,7 +63,7 @@ func (c *Coordinator) SetThrottle(ctx context.Context, name string, t mirrorapi.
 		return err
 	}
 	var old mirrorapi.Throttle
-	hadQuota := c.getJSON(throttleKey(name), &old) && old.SourceQuota
+	hadQuota := mirror.ReadRecord(c.store, throttleKey(name), &old) && old.SourceQuota
 	entity := quotaEntityOf(rec.Spec)
 	oldEntity := storedQuotaEntity(name, old)
 	t.SourceQuotaEntity = ""
@@ -88,7 +87,7 @@ func (c *Coordinator) SetThrottle(ctx context.Context, name string, t mirrorapi.
 			return err
 		}
 	}
-	if err := c.putJSON(ctx, throttleKey(name), t); err != nil {
+	if err := mirror.WriteRecord(ctx, c.store, throttleKey(name), t); err != nil {
 		return fmt.Errorf("saving the throttle of mirror %q: %w", name, err)
 	}
 	c.applyThrottle(name, &t)
@@ -106,7 +105,7 @@ func (c *Coordinator) RemoveThrottle(ctx context.Context, name string) error {
 		return err
 	}
 	var old mirrorapi.Throttle
-	if !c.getJSON(throttleKey(name), &old) {
+	if !mirror.ReadRecord(c.store, throttleKey(name), &old) {
 		return nil
 	}
 	if old.SourceQuota {
@@ -130,7 +129,7 @@ func (c *Coordinator) RemoveThrottle(ctx context.Context, name string) error {
 func (c *Coordinator) followSourceUser(ctx context.Context, name string) {
 	var t mirrorapi.Throttle
 	rec, ok, err := c.record(name)
-	if err != nil || !ok || !c.getJSON(throttleKey(name), &t) || !t.SourceQuota {
+	if err != nil || !ok || !mirror.ReadRecord(c.store, throttleKey(name), &t) || !t.SourceQuota {
 		return
 	}
 	old, now := storedQuotaEntity(name, t), quotaEntityOf(rec.Spec)
@@ -149,7 +148,7 @@ func (c *Coordinator) followSourceUser(ctx context.Context, name string) {
 		return
 	}
 	t.SourceQuotaEntity = now.String()
-	if err := c.putJSON(ctx, throttleKey(name), t); err != nil {
+	if err := mirror.WriteRecord(ctx, c.store, throttleKey(name), t); err != nil {
 		fail(err)
 		return
 	}
@@ -160,36 +159,8 @@ func (c *Coordinator) followSourceUser(ctx context.Context, name string) {
 // applyThrottle makes mirror name's fetchers follow t (nil: no throttle).
 func (c *Coordinator) applyThrottle(name string, t *mirrorapi.Throttle) {
 	if m := c.running(name); m != nil {
-		m.setThrottle(t)
+		m.SetThrottle(t)
 	}
-}
-
-// setThrottle makes the mirror's fetchers follow t (nil: no throttle).
-func (m *mirror) setThrottle(t *mirrorapi.Throttle) {
-	m.mu.Lock()
-	if t == nil {
-		m.throttleSpec = nil
-	} else {
-		cp := *t
-		cp.Partitions = slices.Clone(t.Partitions)
-		m.throttleSpec = &cp
-	}
-	m.mu.Unlock()
-	if t == nil {
-		m.throttle.Set(0, false, nil)
-		return
-	}
-	var all bool
-	var tps []fetcher.TP
-	for _, p := range t.Partitions {
-		topic, part, isAll, err := mirrorapi.ParseThrottlePartition(p)
-		if err != nil {
-			continue // validated before it was persisted
-		}
-		all = all || isAll
-		tps = append(tps, fetcher.TP{Topic: topic, Partition: part})
-	}
-	m.throttle.Set(t.RateBytesPerSecond, all || len(t.Partitions) == 0, tps)
 }
 
 // sourceQuotaEntity is the entity a mirror's source quota is set on: the
@@ -279,28 +250,4 @@ func (c *Coordinator) setSourceQuota(ctx context.Context, spec mirrorspec.Spec, 
 		}
 	}
 	return nil
-}
-
-// throttleStatusLocked puts into st what describe shows of the mirror's
-// throttle and fetches; m.mu must be held.
-func (m *mirror) throttleStatusLocked(st *MirrorStatus) {
-	if m.throttleSpec != nil {
-		t := *m.throttleSpec
-		t.Partitions = slices.Clone(t.Partitions)
-		st.Throttle = &t
-		// A partition of a topic the mirror does not have (yet) is
-		// allowed, as it may be added later, but likely a typo.
-		for _, p := range t.Partitions {
-			if topic, _, all, err := mirrorapi.ParseThrottlePartition(p); err == nil && !all && !slices.Contains(m.spec.Topics, topic) {
-				st.Warnings = append(st.Warnings, fmt.Sprintf("throttle: partition %s: the mirror has no topic %q; nothing is throttled there until it does", p, topic))
-			}
-		}
-	}
-	st.Fetch = mirrorapi.FetchStats{
-		Requests:        m.counters.Requests.Load(),
-		Errors:          m.counters.Errors.Load(),
-		Bytes:           m.counters.Bytes.Load(),
-		DeadFetchers:    m.counters.Failing.Load(),
-		ThrottledMillis: m.throttle.ThrottledTime().Milliseconds(),
-	}
 }

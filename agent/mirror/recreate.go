@@ -1,4 +1,4 @@
-package coordinator
+package mirror
 
 // Recover with recreate: a FAILED topic whose destination cannot be
 // re-aligned (a recreated source topic, a destination that lost records or
@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -20,17 +21,39 @@ import (
 	"github.com/kmirror/kmirror/internal/reason"
 )
 
+// recreates are the topics a recover with recreate is deleting and
+// creating again: topic syncs leave them alone meanwhile.
+type recreates struct {
+	mu     sync.Mutex
+	topics map[string]bool
+}
+
+// begin marks topic as being recreated until end is called.
+func (r *recreates) begin(topic string) (end func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.topics == nil {
+		r.topics = map[string]bool{}
+	}
+	r.topics[topic] = true
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(r.topics, topic)
+	}
+}
+
+// underway says whether topic is being recreated.
+func (r *recreates) underway(topic string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.topics[topic]
+}
+
 // recreateTopic recreates topic on the destination and restarts the
 // partitions of targets that belong to it.
-func (m *mirror) recreateTopic(ctx context.Context, topic string, targets []target) error {
-	m.mu.Lock()
-	m.recreating[topic] = true
-	m.mu.Unlock()
-	defer func() {
-		m.mu.Lock()
-		delete(m.recreating, topic)
-		m.mu.Unlock()
-	}()
+func (m *Runner) recreateTopic(ctx context.Context, topic string, targets []target) error {
+	defer m.recreates.begin(topic)()
 	// Partitions of the topic that still mirror write to the topic about
 	// to be deleted: halted first, started again by restartPartition.
 	for _, tg := range targets {
@@ -42,20 +65,19 @@ func (m *mirror) recreateTopic(ctx context.Context, topic string, targets []targ
 			return fmt.Errorf("recover with recreate of topic %q: partition %d did not halt within 12s; nothing was deleted, try again", topic, tg.tp.Partition)
 		}
 	}
-	c := m.c
-	tds, err := c.dstAdm.ListTopics(ctx, topic)
+	tds, err := m.cfg.Admin.ListTopics(ctx, topic)
 	if err != nil {
 		return fmt.Errorf("recover with recreate of topic %q: reading the destination topic: %w", topic, err)
 	}
 	if td, ok := tds[topic]; ok && td.Err == nil {
-		configs, err := topicOverrides(ctx, c.dstAdm, topic)
+		configs, err := topicOverrides(ctx, m.cfg.Admin, topic)
 		if err != nil {
 			return fmt.Errorf("recover with recreate of topic %q: reading its configs: %w", topic, err)
 		}
-		if err := c.deleteDestinationTopic(ctx, topic); err != nil {
+		if err := deleteDestinationTopic(ctx, m.cfg, topic); err != nil {
 			return fmt.Errorf("recover with recreate of topic %q: %w", topic, err)
 		}
-		resp, err := c.dstAdm.CreateTopic(ctx, int32(len(td.Partitions)), -1, configs, topic)
+		resp, err := m.cfg.Admin.CreateTopic(ctx, int32(len(td.Partitions)), -1, configs, topic)
 		if err == nil {
 			err = resp.Err
 		}
@@ -69,24 +91,19 @@ func (m *mirror) recreateTopic(ctx context.Context, topic string, targets []targ
 	// What the agent knew of the old destination topic no longer holds:
 	// its ids, where its logs were cut, where a failback took it over.
 	prefix := "alignment/" + m.rec.Spec.Name + "/" + topic + "/"
-	for k := range c.store.All() {
+	for k := range m.cfg.Store.All() {
 		if strings.HasPrefix(k, prefix) {
-			if err := c.store.Put(ctx, k, nil); err != nil {
+			if err := m.cfg.Store.Put(ctx, k, nil); err != nil {
 				return fmt.Errorf("recover with recreate of topic %q: %w", topic, err)
 			}
 		}
 	}
-	if err := c.store.Put(ctx, topicKey(m.rec.Spec.Name, topic), nil); err != nil {
+	if err := m.cfg.Store.Put(ctx, topicKey(m.rec.Spec.Name, topic), nil); err != nil {
 		return fmt.Errorf("recover with recreate of topic %q: %w", topic, err)
 	}
-	var fb failbackRecord
-	if c.getJSON(failbackKey(m.rec.Spec.Name, topic), &fb) {
-		fb.Recreated = true
-		for p, fp := range fb.Partitions {
-			fp.Base = 0
-			fb.Partitions[p] = fp
-		}
-		if err := c.putJSON(ctx, failbackKey(m.rec.Spec.Name, topic), fb); err != nil {
+	if fb, ok := failbackOf(m.cfg.Store, m.rec.Spec.Name, topic); ok {
+		fb.recreated()
+		if err := WriteRecord(ctx, m.cfg.Store, failbackKey(m.rec.Spec.Name, topic), fb); err != nil {
 			return fmt.Errorf("recover with recreate of topic %q: %w", topic, err)
 		}
 	}

@@ -1,9 +1,11 @@
-package coordinator
+package mirror
 
 import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/statestore"
@@ -14,7 +16,10 @@ import (
 // as statestore.ProducerSet records keyed by destination topic
 // (statestore.ProducersKey): a mirror deleted and created again must still
 // recognise the batches of the old mirror's ids, so Delete keeps them.
-type ownedProducers struct{ c *Coordinator }
+type ownedProducers struct {
+	store Store
+	log   hclog.Logger
+}
 
 // producersMu serializes the read-merge-write of producer id records: two
 // partition mirrors of one destination partition may overlap briefly (a
@@ -22,13 +27,13 @@ type ownedProducers struct{ c *Coordinator }
 var producersMu sync.Mutex
 
 func (o ownedProducers) OwnedProducers(tp fetcher.TP) []int64 {
-	v, _ := o.c.store.Get(statestore.ProducersKey(tp.Topic, tp.Partition))
+	v, _ := o.store.Get(statestore.ProducersKey(tp.Topic, tp.Partition))
 	s, err := statestore.DecodeProducerSet(v)
 	if err != nil {
 		// Unreadable: the ids it held are unknown, so their batches
 		// count as foreign (the partition fails rather than accept
 		// another writer's).
-		o.c.log.Error("unreadable producer id record", "partition", tp.String(), "error", err)
+		o.log.Error("unreadable producer id record", "partition", tp.String(), "error", err)
 	}
 	return s.IDs
 }
@@ -37,7 +42,7 @@ func (o ownedProducers) AddOwnedProducers(ctx context.Context, tp fetcher.TP, id
 	producersMu.Lock()
 	defer producersMu.Unlock()
 	key := statestore.ProducersKey(tp.Topic, tp.Partition)
-	v, _ := o.c.store.Get(key)
+	v, _ := o.store.Get(key)
 	s, err := statestore.DecodeProducerSet(v)
 	if err != nil {
 		// Never overwrite what cannot be read: it may hold ids whose
@@ -47,5 +52,5 @@ func (o ownedProducers) AddOwnedProducers(ctx context.Context, tp fetcher.TP, id
 	if !s.Add(ids...) {
 		return nil
 	}
-	return o.c.store.Put(ctx, key, s.Encode())
+	return o.store.Put(ctx, key, s.Encode())
 }

@@ -1,4 +1,4 @@
-package coordinator
+package mirror
 
 // Failback (DESIGN §4; KIP-1279 §5.3 as an agent outside the brokers can do
 // it, reference/kip1279.md §12.4): after a stop made the old mirror's
@@ -106,9 +106,9 @@ func failbackRefused(topic, format string, a ...any) error {
 	return fmt.Errorf("failback of topic %q: %s: %w", topic, fmt.Sprintf(format, a...), ErrFailbackRefused)
 }
 
-// failbackPlan is what planFailback found for one topic, and what
-// applyFailback does with it.
-type failbackPlan struct {
+// FailbackPlan is what PlanFailback found for one topic, and what
+// ApplyFailback does with it.
+type FailbackPlan struct {
 	topic string
 	rec   failbackRecord
 	// exists: the destination has the topic; partitions is its partition
@@ -119,20 +119,20 @@ type failbackPlan struct {
 	diverged   bool
 }
 
-// planFailback checks that topic can be mirrored back from spec's source
+// PlanFailback checks that topic can be mirrored back from spec's source
 // into the destination, and works out the failback record that the
-// partition mirrors start from. It changes nothing: AddTopicsWith plans
-// every topic of a failback before it applies any, so that a refusal
-// changes nothing.
-func (c *Coordinator) planFailback(ctx context.Context, spec mirrorspec.Spec, topic string, recreate bool) (failbackPlan, error) {
-	var none failbackPlan
-	srcOpts, err := c.sourceOpts(spec)
+// partition mirrors start from. It changes nothing: the coordinator plans
+// every topic of a failback before it applies any (ApplyFailback), so that
+// a refusal changes nothing.
+func PlanFailback(ctx context.Context, cfg *Config, spec mirrorspec.Spec, topic string, recreate bool) (FailbackPlan, error) {
+	var none FailbackPlan
+	srcOpts, err := cfg.SourceOpts(spec)
 	if err != nil {
 		return none, fmt.Errorf("failback of topic %q: connecting to the source: %w", topic, err)
 	}
-	state, err := statestore.Read(ctx, srcOpts, c.store.Topic())
+	state, err := statestore.Read(ctx, srcOpts, cfg.Store.Topic())
 	if errors.Is(err, statestore.ErrNoStateTopic) {
-		return none, failbackRefused(topic, "the source cluster has no state topic %q, so no agent mirrored topics into it: a failback mirrors back a topic that was mirrored into the source cluster and stopped there; to mirror into an existing topic from scratch, delete it on the destination first", c.store.Topic())
+		return none, failbackRefused(topic, "the source cluster has no state topic %q, so no agent mirrored topics into it: a failback mirrors back a topic that was mirrored into the source cluster and stopped there; to mirror into an existing topic from scratch, delete it on the destination first", cfg.Store.Topic())
 	}
 	if err != nil {
 		return none, fmt.Errorf("failback of topic %q: reading the last mirrored offsets from the source: %w", topic, err)
@@ -157,7 +157,7 @@ func (c *Coordinator) planFailback(ctx context.Context, spec mirrorspec.Spec, to
 	srcParts := int32(len(std.Partitions))
 
 	rec := failbackRecord{SourceMirror: srcMirror, Partitions: map[int32]failbackPartition{}, At: time.Now().UTC()}
-	dtds, err := c.dstAdm.ListTopics(ctx, topic)
+	dtds, err := cfg.Admin.ListTopics(ctx, topic)
 	if err != nil {
 		return none, fmt.Errorf("failback of topic %q: reading the destination topic: %w", topic, err)
 	}
@@ -170,19 +170,19 @@ func (c *Coordinator) planFailback(ctx context.Context, spec mirrorspec.Spec, to
 	if !exists {
 		// Nothing to resume: the mirror creates the topic and mirrors
 		// it whole, like any new mirror topic.
-		return failbackPlan{topic: topic, rec: rec}, nil
+		return FailbackPlan{topic: topic, rec: rec}, nil
 	}
 	if n := int32(len(dtd.Partitions)); n > srcParts {
 		return none, failbackRefused(topic, "the destination topic has %d partitions, the source topic %d; a mirror topic cannot have more partitions than its source", n, srcParts)
 	}
-	ends, err := c.dstAdm.ListEndOffsets(ctx, topic)
+	ends, err := cfg.Admin.ListEndOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
 		return none, fmt.Errorf("failback of topic %q: reading the destination log ends: %w", topic, err)
 	}
-	stables, err := c.dstAdm.ListCommittedOffsets(ctx, topic)
+	stables, err := cfg.Admin.ListCommittedOffsets(ctx, topic)
 	if err == nil {
 		err = stables.Error()
 	}
@@ -202,7 +202,7 @@ func (c *Coordinator) planFailback(ctx context.Context, spec mirrorspec.Spec, to
 		} else if end.Offset > 0 {
 			// Resuming takes the records below the end for the
 			// source's: check the last of them.
-			at, why, err := c.firstDifference(ctx, srcCl, topic, p, end.Offset)
+			at, why, err := firstDifference(ctx, cfg, srcCl, topic, p, end.Offset)
 			if err != nil {
 				return none, fmt.Errorf("failback of topic %q: comparing partition %d's records before offset %d with the source: %w", topic, p, end.Offset, err)
 			}
@@ -229,42 +229,41 @@ func (c *Coordinator) planFailback(ctx context.Context, spec mirrorspec.Spec, to
 			}
 		}
 	}
-	return failbackPlan{topic: topic, rec: rec, exists: true, partitions: int32(len(dtd.Partitions)), diverged: len(diverged) > 0}, nil
+	return FailbackPlan{topic: topic, rec: rec, exists: true, partitions: int32(len(dtd.Partitions)), diverged: len(diverged) > 0}, nil
 }
 
-// applyFailback does what plan asks (with recreate, the side topic and the
-// delete) and persists its failback record.
-func (c *Coordinator) applyFailback(ctx context.Context, mirror string, plan failbackPlan) error {
+// ApplyFailback does what plan asks (with recreate, the side topic and the
+// delete) and persists its failback record for mirror.
+func ApplyFailback(ctx context.Context, cfg *Config, mirror string, plan FailbackPlan) error {
 	topic, rec := plan.topic, plan.rec
 	if !plan.exists {
-		c.log.Info("failback: the destination has no such topic; mirroring it whole", "topic", topic, "source_mirror", rec.SourceMirror)
-		return c.putFailback(ctx, mirror, topic, rec)
+		cfg.Logger.Info("failback: the destination has no such topic; mirroring it whole", "topic", topic, "source_mirror", rec.SourceMirror)
+		return putFailback(ctx, cfg, mirror, topic, rec)
 	}
 	if plan.diverged {
-		if err := c.moveDivergent(ctx, topic, plan.partitions, &rec); err != nil {
+		if err := moveDivergent(ctx, cfg, topic, plan.partitions, &rec); err != nil {
 			return err
 		}
 	}
-	if st := c.roStatusNow(); st != nil && st.Authorizer && !st.SuperUser {
+	if st := cfg.ReadOnly.Last(); st != nil && st.Authorizer && !st.SuperUser {
 		// The promote's fence (or any DENY WRITE User:* on the topic)
 		// would refuse the agent's own writes.
-		if err := c.ro.Release(ctx, topic); err != nil {
+		if err := cfg.ReadOnly.Release(ctx, topic); err != nil {
 			return fmt.Errorf("failback of topic %q: removing the source fence of the promote (DENY WRITE User:*), which would refuse the agent's writes as it is not a super user of the destination: %w", topic, err)
 		}
-		c.log.Warn("failback: removed the DENY WRITE ACL on the topic (the promote's source fence): the agent is not a super user of the destination and could not write through it", "topic", topic)
+		cfg.Logger.Warn("failback: removed the DENY WRITE ACL on the topic (the promote's source fence): the agent is not a super user of the destination and could not write through it", "topic", topic)
 	}
-	c.log.Info("failback prepared", "topic", topic, "source_mirror", rec.SourceMirror, "recreated", rec.Recreated, "divergent_topic", rec.DivergentTopic, "divergent_records", rec.DivergentRecords)
-	return c.putFailback(ctx, mirror, topic, rec)
+	cfg.Logger.Info("failback prepared", "topic", topic, "source_mirror", rec.SourceMirror, "recreated", rec.Recreated, "divergent_topic", rec.DivergentTopic, "divergent_records", rec.DivergentRecords)
+	return putFailback(ctx, cfg, mirror, topic, rec)
 }
 
 // putFailback persists rec; a side topic of an earlier attempt that got as
 // far as recreating the topic stays reported.
-func (c *Coordinator) putFailback(ctx context.Context, mirror, topic string, rec failbackRecord) error {
-	var prev failbackRecord
-	if c.getJSON(failbackKey(mirror, topic), &prev) && prev.DivergentTopic != "" && rec.DivergentTopic == "" {
+func putFailback(ctx context.Context, cfg *Config, mirror, topic string, rec failbackRecord) error {
+	if prev, ok := failbackOf(cfg.Store, mirror, topic); ok && prev.DivergentTopic != "" && rec.DivergentTopic == "" {
 		rec.DivergentTopic, rec.DivergentRecords, rec.Recreated = prev.DivergentTopic, prev.DivergentRecords, prev.Recreated
 	}
-	return c.putJSON(ctx, failbackKey(mirror, topic), rec)
+	return WriteRecord(ctx, cfg.Store, failbackKey(mirror, topic), rec)
 }
 
 // resumeCheckWindow is how many offsets below the resume point a failback
@@ -274,9 +273,9 @@ const resumeCheckWindow = 1024
 // firstDifference compares the last resumeCheckWindow offsets below end of
 // the destination partition with the source, with verify at both isolation
 // levels, and returns the first offset where they differ and how, or -1.
-func (c *Coordinator) firstDifference(ctx context.Context, srcCl *kgo.Client, topic string, p int32, end int64) (int64, string, error) {
+func firstDifference(ctx context.Context, cfg *Config, srcCl *kgo.Client, topic string, p int32, end int64) (int64, string, error) {
 	from := max(0, end-resumeCheckWindow)
-	for _, adm := range []*kadm.Client{c.dstAdm, kadm.NewClient(srcCl)} {
+	for _, adm := range []*kadm.Client{cfg.Admin, kadm.NewClient(srcCl)} {
 		starts, err := adm.ListStartOffsets(ctx, topic)
 		if err == nil {
 			err = starts.Error()
@@ -291,7 +290,7 @@ func (c *Coordinator) firstDifference(ctx context.Context, srcCl *kgo.Client, to
 	if from >= end {
 		return -1, "", nil
 	}
-	rep, err := verify.Compare(ctx, srcCl, c.dst, verify.Options{Topic: topic, Partitions: []int32{p}, From: from, To: end, KeyAware: true, AllowLag: false, MaxMismatches: -1})
+	rep, err := verify.Compare(ctx, srcCl, cfg.Destination, verify.Options{Topic: topic, Partitions: []int32{p}, From: from, To: end, KeyAware: true, AllowLag: false, MaxMismatches: -1})
 	if err != nil {
 		return -1, "", err
 	}
@@ -354,7 +353,7 @@ func stoppedOnSource(state map[string][]byte, topic string) (string, map[int32]i
 // moveDivergent copies the records each partition of topic took after its
 // last mirrored offset to a new side topic, as a read_committed consumer
 // sees them, then deletes topic so that the mirror creates it again.
-func (c *Coordinator) moveDivergent(ctx context.Context, topic string, partitions int32, rec *failbackRecord) error {
+func moveDivergent(ctx context.Context, cfg *Config, topic string, partitions int32, rec *failbackRecord) error {
 	side := divergentTopic(topic, rec.At)
 	// Nothing in the side topic expires, and every timestamp is kept.
 	configs := map[string]*string{
@@ -367,17 +366,17 @@ func (c *Coordinator) moveDivergent(ctx context.Context, topic string, partition
 	}
 	// The side topic and its records are writes like any other: the
 	// writer lease is asked before each.
-	if err := c.gate(); err != nil {
+	if err := cfg.gate(); err != nil {
 		return fmt.Errorf("failback of topic %q: %w", topic, err)
 	}
-	resp, err := c.dstAdm.CreateTopic(ctx, partitions, -1, configs, side)
+	resp, err := cfg.Admin.CreateTopic(ctx, partitions, -1, configs, side)
 	if err == nil {
 		err = resp.Err
 	}
 	if err != nil {
 		return fmt.Errorf("failback of topic %q: creating the side topic %q for the divergent records: %w", topic, side, err)
 	}
-	prod, err := kgo.NewClient(append(slices.Clone(c.cfg.Destination),
+	prod, err := kgo.NewClient(append(slices.Clone(cfg.DestinationOpts),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 	)...)
@@ -395,8 +394,8 @@ func (c *Coordinator) moveDivergent(ctx context.Context, topic string, partition
 			mu         sync.Mutex
 			produceErr error
 		)
-		n, err := verify.ReadRecords(ctx, c.dst, topic, p, fp.DivergentFrom, fp.End, verify.ReadCommitted, func(r *kgo.Record) error {
-			if err := c.gate(); err != nil {
+		n, err := verify.ReadRecords(ctx, cfg.Destination, topic, p, fp.DivergentFrom, fp.End, verify.ReadCommitted, func(r *kgo.Record) error {
+			if err := cfg.gate(); err != nil {
 				return err
 			}
 			out := &kgo.Record{Topic: side, Partition: p, Key: r.Key, Value: r.Value, Headers: slices.Clone(r.Headers), Timestamp: r.Timestamp}
@@ -426,25 +425,21 @@ func (c *Coordinator) moveDivergent(ctx context.Context, topic string, partition
 		total += n
 	}
 	rec.DivergentTopic, rec.DivergentRecords = side, total
-	c.log.Warn("failback: divergent records copied to a side topic; deleting the topic to recreate it", "topic", topic, "side_topic", side, "records", total)
-	if err := c.deleteDestinationTopic(ctx, topic); err != nil {
+	cfg.Logger.Warn("failback: divergent records copied to a side topic; deleting the topic to recreate it", "topic", topic, "side_topic", side, "records", total)
+	if err := deleteDestinationTopic(ctx, cfg, topic); err != nil {
 		return fmt.Errorf("failback of topic %q: the divergent records are in %q; %w", topic, side, err)
 	}
-	rec.Recreated = true
-	for p, fp := range rec.Partitions {
-		fp.Base = 0
-		rec.Partitions[p] = fp
-	}
+	rec.recreated()
 	return nil
 }
 
 // deleteDestinationTopic deletes topic on the destination and waits until
 // metadata no longer shows it, so that creating it again makes a new topic.
-func (c *Coordinator) deleteDestinationTopic(ctx context.Context, topic string) error {
-	if err := c.gate(); err != nil {
+func deleteDestinationTopic(ctx context.Context, cfg *Config, topic string) error {
+	if err := cfg.gate(); err != nil {
 		return err
 	}
-	resp, err := c.dstAdm.DeleteTopic(ctx, topic)
+	resp, err := cfg.Admin.DeleteTopic(ctx, topic)
 	if err == nil {
 		err = resp.Err
 	}
@@ -454,7 +449,7 @@ func (c *Coordinator) deleteDestinationTopic(ctx context.Context, topic string) 
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	for {
-		tds, err := c.dstAdm.ListTopics(ctx, topic)
+		tds, err := cfg.Admin.ListTopics(ctx, topic)
 		if err == nil {
 			if td, ok := tds[topic]; !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
 				break
@@ -466,26 +461,47 @@ func (c *Coordinator) deleteDestinationTopic(ctx context.Context, topic string) 
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	c.writer.Meta().Invalidate(topic)
+	cfg.Writer.Meta().Invalidate(topic)
 	return nil
+}
+
+// recreated records that the destination topic was deleted, to be created
+// again and mirrored from the source's log start: no partition resumes
+// where the failback found it.
+func (rec *failbackRecord) recreated() {
+	rec.Recreated = true
+	for p, fp := range rec.Partitions {
+		fp.Base = 0
+		rec.Partitions[p] = fp
+	}
+}
+
+// failbackOf is mirror's failback record of topic, false for an ordinary
+// mirror topic.
+func failbackOf(store Store, mirror, topic string) (failbackRecord, bool) {
+	var rec failbackRecord
+	ok := ReadRecord(store, failbackKey(mirror, topic), &rec)
+	return rec, ok
 }
 
 // failbackBase is tp's partition.Config.Base: where a failback took the
 // destination partition over, 0 for an ordinary mirror topic.
-func (m *mirror) failbackBase(tp fetcher.TP) int64 {
-	var rec failbackRecord
-	if !m.c.getJSON(failbackKey(m.rec.Spec.Name, tp.Topic), &rec) {
-		return 0
-	}
+func (m *Runner) failbackBase(tp fetcher.TP) int64 {
+	rec, _ := failbackOf(m.cfg.Store, m.rec.Spec.Name, tp.Topic)
 	return rec.Partitions[tp.Partition].Base
 }
 
 // failbackStatus is describe's view of a failback topic, nil for others.
-func (m *mirror) failbackStatus(topic string) *mirrorapi.Failback {
-	var rec failbackRecord
-	if !m.c.getJSON(failbackKey(m.rec.Spec.Name, topic), &rec) {
+func (m *Runner) failbackStatus(topic string) *mirrorapi.Failback {
+	rec, ok := failbackOf(m.cfg.Store, m.rec.Spec.Name, topic)
+	if !ok {
 		return nil
 	}
+	return rec.status()
+}
+
+// status is describe's view of rec.
+func (rec failbackRecord) status() *mirrorapi.Failback {
 	out := &mirrorapi.Failback{
 		SourceMirror: rec.SourceMirror, Recreated: rec.Recreated,
 		DivergentTopic: rec.DivergentTopic, DivergentRecords: rec.DivergentRecords,

@@ -1,4 +1,4 @@
-package coordinator
+package mirror
 
 import (
 	"encoding/json"

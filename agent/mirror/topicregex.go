@@ -1,4 +1,4 @@
-package coordinator
+package mirror
 
 // Topics by regular expression (KIP-1279's mirror.topics.include): a
 // mirror's TopicRegex entries match whole source topic names, and at every
@@ -43,10 +43,9 @@ func matchTopics(res []string, names []string) []string {
 }
 
 // discoverTopics adds the source topics that match the mirror's TopicRegex
-// and that no mirror has to its spec. It gives way to admin operations
-// under way (it runs again at the next refresh): one of them may be
-// waiting for this mirror to stop.
-func (m *mirror) discoverTopics(ctx context.Context, src *kadm.Client) {
+// and that no mirror has to its spec, through the registry
+// (Registry.AddMatchedTopics).
+func (m *Runner) discoverTopics(ctx context.Context, src *kadm.Client) {
 	m.mu.Lock()
 	res := slices.Clone(m.spec.TopicRegex)
 	m.mu.Unlock()
@@ -62,34 +61,12 @@ func (m *mirror) discoverTopics(ctx context.Context, src *kadm.Client) {
 	if len(matched) == 0 {
 		return
 	}
-	if !adminMu.TryLock() {
-		return
-	}
-	defer adminMu.Unlock()
-	rec, ok, err := m.c.record(m.rec.Spec.Name)
-	if err != nil || !ok {
-		return
-	}
-	taken := map[string]bool{}
-	for _, other := range m.c.Mirrors() {
-		for _, t := range other.Topics {
-			taken[t] = true
-		}
-	}
-	var added []string
-	for _, t := range matched {
-		if !taken[t] && mirrorspec.CheckTopicName(t) == nil {
-			added = append(added, t)
-		}
-	}
-	if len(added) == 0 {
-		return
-	}
-	spec := rec.Spec
-	spec.Topics = append(slices.Clone(spec.Topics), added...)
-	if err := m.c.Apply(ctx, spec); err != nil {
+	added, err := m.cfg.Registry.AddMatchedTopics(ctx, m.rec.Spec.Name, matched)
+	if err != nil {
 		m.log.Error("topic_regex: adding matching source topics failed; retrying at the next refresh", "topics", added, "error", err)
 		return
 	}
-	m.log.Info("topic_regex: source topics added", "topics", added)
+	if len(added) > 0 {
+		m.log.Info("topic_regex: source topics added", "topics", added)
+	}
 }

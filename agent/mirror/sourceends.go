@@ -1,4 +1,4 @@
-package coordinator
+package mirror
 
 import (
 	"context"
@@ -21,7 +21,7 @@ const sourceEndsTimeout = 10 * time.Second
 // is the source's end minus the destination's end in every state, never a
 // stale 0; a source that does not answer leaves the figures as they were,
 // and their age (source_offset_at) says how old they are.
-func (m *mirror) refreshSourceEnds(ctx context.Context, adm *kadm.Client) {
+func (m *Runner) refreshSourceEnds(ctx context.Context, adm *kadm.Client) {
 	stale := time.Now().Add(-m.interval())
 	pms := map[fetcher.TP]*partition.Mirror{}
 	var topics []string
