@@ -98,9 +98,11 @@ func TestAgentStandby(t *testing.T) {
 	if code, body := first.ready(); code != http.StatusOK {
 		t.Fatalf("the active agent lost its lease while running: %d %q", code, body)
 	}
-	// kmirror status on either agent says which is active.
+	// kmirror status on either agent says which is active, and the
+	// active one how it writes fillers (a standby has not chosen yet).
 	for a, want := range map[*inProcessAgent]string{
-		first:  "agent first: active; writer lease epoch 1 held by first (lease 2s)",
+		first: "agent first: active; writer lease epoch 1 held by first (lease 2s)\n" +
+			`fillers: markers (fillers = "auto": the destination authorizes WriteTxnMarkers and the writer lease is on)`,
 		second: "agent second: standby; writer lease epoch 1 held by first (lease 2s)",
 	} {
 		out, err := capture(t, runStatus, "--agent", a.base)
