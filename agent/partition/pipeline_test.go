@@ -1,7 +1,6 @@
 package partition
 
 import (
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -82,7 +81,7 @@ func TestPipelineResendsAfterFailedBatch(t *testing.T) {
 			if got := writes.n.Load(); got < batches+2 {
 				t.Errorf("%d produce requests for %d batches: the batches behind the refused one were not sent again", got, batches)
 			}
-			t.Log(fmt.Sprintf("%d produce requests for %d batches, %d behind the refused one", writes.n.Load(), batches, behind.Load()))
+			t.Logf("%d produce requests for %d batches, %d behind the refused one", writes.n.Load(), batches, behind.Load())
 		})
 	}
 }
