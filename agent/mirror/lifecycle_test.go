@@ -148,6 +148,27 @@ func TestPromoteWait(t *testing.T) {
 	}
 }
 
+// TestGrowingNote: a promote says the lag grows only after waiting
+// growingAfter, and only when the lag is higher than at the first wait.
+func TestGrowingNote(t *testing.T) {
+	start := time.Now()
+	first := lagSample{lag: 100, at: start}
+	for _, tc := range []struct {
+		name string
+		now  lagSample
+		want string
+	}{
+		{"too soon", lagSample{lag: 500, at: start.Add(growingAfter / 2)}, ""},
+		{"draining", lagSample{lag: 40, at: start.Add(2 * growingAfter)}, ""},
+		{"steady", lagSample{lag: 100, at: start.Add(2 * growingAfter)}, ""},
+		{"growing", lagSample{lag: 900, at: start.Add(2 * growingAfter)}, "; the lag grew from 100 to 900 in 20s: the source takes records faster"},
+	} {
+		if got := growingNote(first, tc.now); (tc.want == "") != (got == "") || !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
 // TestLifecycleState: a promote keeps the deadline it was asked with when
 // its wait starts again (after a reconnect), and gets a new one once it
 // ended; describe's stop mode follows the state; a recover is taken once.

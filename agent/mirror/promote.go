@@ -62,6 +62,7 @@ func (m *Runner) startPromote(tp fetcher.TP, pm *partition.Mirror) {
 }
 
 func (m *Runner) promote(tp fetcher.TP, pm *partition.Mirror, deadline time.Time) {
+	var first lagSample // the first wait on lag
 	for m.ctx.Err() == nil {
 		m.mu.Lock()
 		rp := m.parts[tp]
@@ -75,10 +76,17 @@ func (m *Runner) promote(tp fetcher.TP, pm *partition.Mirror, deadline time.Time
 			m.life.endPromote(tp)
 			return
 		}
-		waitFor := m.promoteWaitsFor(tp, pm, st)
+		waitFor, lag := m.promoteWaitsFor(tp, pm, st)
 		if waitFor == "" {
 			m.promoteStop(tp, rp)
 			return
+		}
+		if lag > 0 {
+			now := lagSample{lag: lag, at: time.Now()}
+			if first.at.IsZero() {
+				first = now
+			}
+			waitFor += growingNote(first, now)
 		}
 		if time.Now().After(deadline) {
 			r := reason.New(reason.PromoteTimedOut, "promote timed out after %s waiting for %s; the partition keeps mirroring: promote again, or stop with mode failover", m.cfg.PromoteTimeout, waitFor)
@@ -99,12 +107,38 @@ func (m *Runner) promote(tp fetcher.TP, pm *partition.Mirror, deadline time.Time
 }
 
 // promoteWaitsFor says what a promote of pm still waits for, "" for
-// nothing.
-func (m *Runner) promoteWaitsFor(tp fetcher.TP, pm *partition.Mirror, st partition.Status) string {
+// nothing, and the lag when it waits on lag (0 otherwise).
+func (m *Runner) promoteWaitsFor(tp fetcher.TP, pm *partition.Mirror, st partition.Status) (string, int64) {
 	ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
 	defer cancel()
 	src, err := pm.SourceBounds(ctx)
-	return promoteWait(src, err, st.DestinationOffset, m.throttle.note(tp))
+	why := promoteWait(src, err, st.DestinationOffset, m.throttle.note(tp))
+	if err != nil || src.LastStable < src.HighWatermark {
+		return why, 0
+	}
+	return why, max(0, src.HighWatermark-st.DestinationOffset)
+}
+
+// lagSample is a promote's lag when it was read.
+type lagSample struct {
+	lag int64
+	at  time.Time
+}
+
+// growingAfter is how long a promote waits on lag before it says the lag
+// grows: long enough for a mirror catching up to drain what it had.
+const growingAfter = 10 * time.Second
+
+// growingNote says, once a promote has waited growingAfter since first,
+// that the lag grew meanwhile: the source then takes records faster than
+// the mirror copies them, and the promote cannot finish on its own.
+func growingNote(first, now lagSample) string {
+	if now.at.Sub(first.at) < growingAfter || now.lag <= first.lag {
+		return ""
+	}
+	return fmt.Sprintf("; the lag grew from %d to %d in %s: the source takes records faster than the mirror copies them, so the promote "+
+		"cannot finish while that lasts: stop the source's producers (a promote needs the source quiet), raise or remove the mirror's throttle, "+
+		"or stop with mode failover", first.lag, now.lag, now.at.Sub(first.at).Round(time.Second))
 }
 
 // promoteWait says what a promote still waits for, "" for nothing, from the
