@@ -218,6 +218,30 @@ func (f *fences) release(ctx context.Context, topic string) {
 	f.readOnly[topic] = roState{}
 }
 
+// enforceReadOnly makes topic read-only (fences.enforce) unless a partition
+// of it is stopping or stopped, under the lock that ends stops: the end of a
+// topic's last stop removes the ACL (releaseIfStopped), and a topic sync
+// that read the topic as mirroring before must not create it again after
+// (seen on Kafka 4.4.0: a promoted topic read-only again 1.6 s after its
+// last partition showed STOPPED).
+func (m *Runner) enforceReadOnly(ctx context.Context, topic string) {
+	m.life.ends.Lock()
+	defer m.life.ends.Unlock()
+	m.mu.Lock()
+	var stopping bool
+	for tp, rp := range m.parts {
+		if tp.Topic == topic {
+			if s := rp.pm.Status().State; s == partition.Stopping || s == partition.Stopped {
+				stopping = true
+			}
+		}
+	}
+	m.mu.Unlock()
+	if !stopping {
+		m.fences.enforce(ctx, topic)
+	}
+}
+
 // releaseIfStopped releases topic's ACL when every partition of it but
 // stopping (which is about to be) is STOPPED, and says whether every one
 // is. finishStop calls it before it shows the last partition STOPPED, under

@@ -10,9 +10,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/kmirror/kmirror/agent/fetcher"
+	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/agent/readonly"
 	"github.com/kmirror/kmirror/internal/devcluster"
 	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
+	"github.com/kmirror/kmirror/internal/reason"
 )
 
 // TestReadOnlyState: a topic's read-only enforcement from the destination's
@@ -139,5 +143,32 @@ func TestFencesReadOnlyNotSuperUser(t *testing.T) {
 	got := f.readOnlyOf("orders")
 	if got.enforced || !strings.Contains(got.reason, "super user") || hasDeny(t, admin, "orders") {
 		t.Errorf("enforce: %+v, ACL there: %v; want not enforced, saying the agent is not a super user", got, hasDeny(t, admin, "orders"))
+	}
+}
+
+// TestEnforceReadOnlyNotAfterStop: a topic sync does not make a topic
+// read-only again once a partition of it stops (its last stop removes the
+// ACL, and a sync that read the topic as mirroring before comes after), and
+// does make a mirroring one read-only.
+func TestEnforceReadOnlyNotAfterStop(t *testing.T) {
+	f, _, admin := securedDestination(t, true)
+	m := New(&Config{Logger: hclog.NewNullLogger()}, Record{Spec: mirrorspec.Spec{Name: "dr"}})
+	m.fences = f
+	ctx := testCtx(t)
+	for _, tc := range []struct {
+		topic string
+		state partition.State
+		want  bool
+	}{
+		{"mirroring", partition.Mirroring, true},
+		{"stopping", partition.Stopping, false},
+		{"stopped", partition.Stopped, false},
+	} {
+		rp, _ := m.take(fetcher.TP{Topic: tc.topic, Partition: 0})
+		rp.pm.Restore(tc.state, reason.Error{})
+		m.enforceReadOnly(ctx, tc.topic)
+		if got := hasDeny(t, admin, tc.topic); got != tc.want {
+			t.Errorf("a topic sync of a %s topic: ACL there %v, want %v", tc.state, got, tc.want)
+		}
 	}
 }

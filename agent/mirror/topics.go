@@ -73,7 +73,7 @@ func (m *Runner) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 		return err
 	}
 	// Read-only before any partition mirror starts writing it.
-	m.fences.enforce(ctx, topic)
+	m.enforceReadOnly(ctx, topic)
 	srcID, dstID := topicID(info.SourceTopicID), topicID(info.DestinationTopicID)
 	recovering := m.life.takeRecoveringTopic(topic)
 	var tr topicRecord
