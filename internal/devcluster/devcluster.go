@@ -212,6 +212,9 @@ func Start(opts ...Option) (*Cluster, error) {
 			if cfg.link != nil {
 				ln = cfg.link.Listener(ln)
 			}
+			if !cfg.tls {
+				ln = compatListener{ln}
+			}
 			return gatedListener{ln, ready}, nil
 		}),
 	}
