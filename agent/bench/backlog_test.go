@@ -38,18 +38,8 @@ func BenchmarkBacklogRSS(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ends, err := endOffsets(ctx, e.srcAdm, topic)
-	if err != nil {
-		b.Fatal(err)
-	}
-	stored, err := storedBytes(ctx, e.srcAdm, topic, partitions)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total int64
-	for _, o := range ends {
-		total += o
-	}
+	src := e.describeSource(ctx, b, topic)
+	total, stored := src.total, src.stored
 
 	p, api := agentProc(b, e.dstBoot, e.srcBoot, topic)
 	defer p.stop()
@@ -78,23 +68,9 @@ func BenchmarkBacklogRSS(b *testing.B) {
 		samples++
 		sumRSS += rss
 		peak, hwm = max(peak, rss), h
-		ms, err := cl.Describe(ctx)
+		n, err := agentMirrored(ctx, cl, topic)
 		if err != nil {
-			continue // the API is not up yet
-		}
-		var n int64
-		for _, m := range ms {
-			if m.Error != "" {
-				b.Fatalf("mirror %s: %s", m.Name, m.Error)
-			}
-			for _, t := range m.Topics {
-				for _, pt := range t.Partitions {
-					if pt.State == mirrorapi.StateFailed {
-						b.Fatalf("partition %d failed: %s", pt.Partition, pt.Reason)
-					}
-					n += pt.DestinationOffset
-				}
-			}
+			b.Fatal(err)
 		}
 		if n >= total {
 			caughtUp = time.Since(start)

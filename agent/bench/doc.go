@@ -26,10 +26,17 @@
 //     same records, mirrored side by side.
 //   - BenchmarkFillers: a compacted source with 50% holes, mirrored with
 //     each filler method (coordinator transactions, WriteTxnMarkers).
+//   - BenchmarkMirrorMaker: `kmirror agent` against Apache Kafka's
+//     MirrorMaker 2, each a process of its own, on real Kafka brokers and on
+//     the embedded engine: loopback, a 50 ms round trip with the agent next
+//     to either cluster (internal/netshape), a transactional source written
+//     by the Java producer and its plain twin, a compacted source with 50%
+//     holes; MB/s, CPU-seconds per GB and peak RSS of each, as ratios.
 //
-// The clusters are kfake (internal/devcluster) in lenient mode: the
-// strict-validation layer costs about half of kfake's produce throughput and
-// would measure the test harness, not the agent. They run on the same
+// Except in BenchmarkMirrorMaker, the clusters are kfake
+// (internal/devcluster) in lenient mode: the strict-validation layer costs
+// about half of kfake's produce throughput and would measure the test
+// harness, not the agent. They run on the same
 // machine as the agent (2 cores where the figures were taken), and kfake
 // handles all requests of a cluster on one goroutine, so throughput figures
 // are bounded by kfake and are comparable only side by side, within one run.
@@ -37,6 +44,8 @@
 // `make bench` sets GODEBUG=madvdontneed=0 (see memoryMode). Setting
 // KMIRROR_BENCH_PROFILE to a directory writes a CPU profile of every
 // measured copy there (an execution trace instead when KMIRROR_BENCH_TRACE
-// is also set); KMIRROR_BENCH_MB and KMIRROR_BENCH_PAD change the
-// throughput payload (MB) and the padding target (offsets per partition).
+// is also set); KMIRROR_BENCH_MB, KMIRROR_BENCH_PEER_MB and
+// KMIRROR_BENCH_PAD change the throughput payload (MB), the payload of
+// BenchmarkMirrorMaker's plain source (MB) and the padding target (offsets
+// per partition); KMIRROR_MM2_VERSION the MirrorMaker release.
 package bench

@@ -36,16 +36,8 @@ func BenchmarkIdlePartition(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	src := source{topic: topic, spec: st}
-	if src.ends, err = endOffsets(ctx, e.srcAdm, topic); err != nil {
-		b.Fatal(err)
-	}
-	for _, o := range src.ends {
-		src.total += o
-	}
-	if src.stored, err = storedBytes(ctx, e.srcAdm, topic, partitions); err != nil {
-		b.Fatal(err)
-	}
+	src := e.describeSource(ctx, b, topic)
+	src.spec = st
 	var mirrors, copies []result
 	for run := 1; run <= 3; run++ {
 		mirrors = append(mirrors, runMirrorOnce(ctx, b, e, src, fmt.Sprintf("idle-%d", run)))

@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -11,12 +12,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/kmirrorbin"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
 // Some figures need the agent or the clusters in a process of their own:
@@ -133,6 +136,11 @@ func devClusterProc(b *testing.B, name string) (*proc, string) {
 	return nil, ""
 }
 
+// agentProcs counts the agents agentProc started, to give each a state
+// topic of its own: an agent that found an earlier one's would resume its
+// mirror instead of starting over.
+var agentProcs atomic.Int64
+
 // agentProc runs `kmirror agent` with an HCL config mirroring topics from
 // src to dst, its API on a free port; it returns the API's base URL.
 func agentProc(b *testing.B, dst, src []string, topics ...string) (*proc, string) {
@@ -141,15 +149,16 @@ func agentProc(b *testing.B, dst, src []string, topics ...string) (*proc, string
 	cfg := fmt.Sprintf(`destination {
   bootstrap_servers = %s
 }
-listen    = %q
-log_level = "error"
+listen      = %q
+log_level   = "error"
+state_topic = "__kmirror_state_proc%d"
 mirror "backlog" {
   source {
     bootstrap_servers = %s
   }
   topics = %s
 }
-`, hclList(dst), addr, hclList(src), hclList(topics))
+`, hclList(dst), addr, agentProcs.Add(1), hclList(src), hclList(topics))
 	path := filepath.Join(b.TempDir(), "agent.hcl")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		b.Fatal(err)
@@ -207,25 +216,102 @@ func memStatus(pid int) (rss, hwm int64, err error) {
 
 // cpuOf returns a process's user+system CPU time from /proc/PID/stat.
 func cpuOf(pid int) (time.Duration, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procStat(pid)
 	if err != nil {
 		return 0, err
+	}
+	return st.cpu, nil
+}
+
+// stat is what the benchmarks read of /proc/PID/stat.
+type stat struct {
+	ppid int
+	cpu  time.Duration // user+system, all threads
+}
+
+func procStat(pid int) (stat, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return stat{}, err
 	}
 	// Fields after the command name (which may hold spaces) in parentheses.
 	s := string(data)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, errors.New("malformed /proc stat")
+		return stat{}, errors.New("malformed /proc stat")
 	}
 	f := strings.Fields(s[i+1:])
 	if len(f) < 13 {
-		return 0, errors.New("short /proc stat")
+		return stat{}, errors.New("short /proc stat")
 	}
+	ppid, err0 := strconv.Atoi(f[1])
 	ut, err1 := strconv.ParseInt(f[11], 10, 64)
 	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, errors.New("malformed /proc stat times")
+	if err0 != nil || err1 != nil || err2 != nil {
+		return stat{}, errors.New("malformed /proc stat fields")
 	}
 	const hz = 100 // USER_HZ on Linux
-	return time.Duration(ut+st) * time.Second / hz, nil
+	return stat{ppid: ppid, cpu: time.Duration(ut+st) * time.Second / hz}, nil
+}
+
+// treeCPU returns the user+system CPU time of process pid and of every
+// process below it (a JVM, a wrapper script's child), read from /proc.
+func treeCPU(pid int) (time.Duration, error) {
+	root, err := procStat(pid)
+	if err != nil {
+		return 0, err
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	parent := map[int]int{}
+	cpu := map[int]time.Duration{}
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil || p == pid {
+			continue
+		}
+		if st, err := procStat(p); err == nil { // gone since listed: not ours to count
+			parent[p], cpu[p] = st.ppid, st.cpu
+		}
+	}
+	total := root.cpu
+	for p := range parent {
+		for a := parent[p]; a > 1; a = parent[a] {
+			if a == pid {
+				total += cpu[p]
+				break
+			}
+		}
+	}
+	return total, nil
+}
+
+// agentMirrored sums the destination offsets the agent behind cl reports
+// for topic; 0 while its API is not up yet, an error when a mirror or a
+// partition failed.
+func agentMirrored(ctx context.Context, cl *mirrorapi.Client, topic string) (int64, error) {
+	ms, err := cl.Describe(ctx)
+	if err != nil {
+		return 0, nil
+	}
+	var n int64
+	for _, m := range ms {
+		if m.Error != "" {
+			return 0, fmt.Errorf("mirror %s: %s", m.Name, m.Error)
+		}
+		for _, t := range m.Topics {
+			if t.Name != topic {
+				continue
+			}
+			for _, pt := range t.Partitions {
+				if pt.State == mirrorapi.StateFailed {
+					return 0, fmt.Errorf("partition %s/%d failed: %s", topic, pt.Partition, pt.Reason)
+				}
+				n += pt.DestinationOffset
+			}
+		}
+	}
+	return n, nil
 }

@@ -45,53 +45,89 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// measure watches a contender copying total offsets whose batches hold
-// stored bytes on the source, and times the window from warmFraction of the
-// offsets written to all of them.
+// measure watches a contender of this process copying total offsets whose
+// batches hold stored bytes on the source, and times the window from
+// warmFraction of the offsets written to all of them.
 func measure(ctx context.Context, name string, total, stored int64, progress func() (int64, error), done <-chan error) (result, error) {
-	warm := int64(float64(total) * warmFraction)
-	tick := time.NewTicker(2 * time.Millisecond)
+	return watch{name: name, total: total, stored: stored, progress: progress, done: done}.measure(ctx)
+}
+
+// watch is how a contender is measured.
+type watch struct {
+	name          string
+	total, stored int64                 // offsets to copy, and their batch bytes on the source
+	progress      func() (int64, error) // offsets copied so far
+	done          <-chan error          // nil, or the contender's end: nil when done, else its error
+	// cpu is the contender's CPU clock; nil is this process's.
+	cpu func() (time.Duration, error)
+	// every is how often progress is read; 0 is 2 ms. A contender of its
+	// own process answers over the network, and is read less often so
+	// that the reading does not cost it CPU.
+	every time.Duration
+	// limit, when not 0, ends the window after that long even if the
+	// copy goes on: a rate measured over part of a long copy, so that a
+	// slow contender does not hold a benchmark up for many minutes.
+	limit time.Duration
+}
+
+func (w watch) measure(ctx context.Context) (result, error) {
+	warm := int64(float64(w.total) * warmFraction)
+	every, cpu := w.every, w.cpu
+	if every == 0 {
+		every = 2 * time.Millisecond
+	}
+	if cpu == nil {
+		cpu = func() (time.Duration, error) { return cpuTime(), nil }
+	}
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	var (
 		t0, t1     time.Time
-		p0         int64
+		p0, p1     int64
 		cpu0, cpu1 time.Duration
 		ms         runtime.MemStats
 		alloc0     uint64
+		done       = w.done
 	)
 	for {
 		finished := false
 		select {
 		case <-ctx.Done():
-			return result{}, fmt.Errorf("%s: %w", name, ctx.Err())
+			return result{}, fmt.Errorf("%s: %w", w.name, ctx.Err())
 		case err := <-done:
 			if err != nil {
-				return result{}, fmt.Errorf("%s: %w", name, err)
+				return result{}, fmt.Errorf("%s: %w", w.name, err)
 			}
 			done, finished = nil, true
 		case <-tick.C:
 		}
-		n, err := progress()
+		n, err := w.progress()
 		if err != nil {
-			return result{}, fmt.Errorf("%s: %w", name, err)
+			return result{}, fmt.Errorf("%s: %w", w.name, err)
 		}
 		now := time.Now()
 		if t0.IsZero() && n >= warm {
-			t0, p0, cpu0 = now, n, cpuTime()
+			if cpu0, err = cpu(); err != nil {
+				return result{}, fmt.Errorf("%s: reading its CPU time: %w", w.name, err)
+			}
+			t0, p0 = now, n
 			runtime.ReadMemStats(&ms)
 			alloc0 = ms.TotalAlloc
 		}
-		if n >= total {
-			t1, cpu1 = now, cpuTime()
+		if n >= w.total || (w.limit > 0 && !t0.IsZero() && now.Sub(t0) >= w.limit) {
+			if cpu1, err = cpu(); err != nil {
+				return result{}, fmt.Errorf("%s: reading its CPU time: %w", w.name, err)
+			}
+			t1, p1 = now, min(n, w.total)
 			runtime.ReadMemStats(&ms)
 			break
 		}
 		if finished {
-			return result{}, fmt.Errorf("%s stopped after %d of %d offsets", name, n, total)
+			return result{}, fmt.Errorf("%s stopped after %d of %d offsets", w.name, n, w.total)
 		}
 	}
-	r := result{name: name, records: total - p0, elapsed: t1.Sub(t0), cpu: cpu1 - cpu0, alloc: ms.TotalAlloc - alloc0}
-	r.bytes = float64(stored) * float64(r.records) / float64(total)
+	r := result{name: w.name, records: p1 - p0, elapsed: t1.Sub(t0), cpu: cpu1 - cpu0, alloc: ms.TotalAlloc - alloc0}
+	r.bytes = float64(w.stored) * float64(r.records) / float64(w.total)
 	return r, nil
 }
 
@@ -124,11 +160,20 @@ func produceSource(ctx context.Context, b *testing.B, e *env, topic string, mb i
 	if err != nil {
 		b.Fatal(err)
 	}
+	s := e.describeSource(ctx, b, topic)
+	s.spec = st
+	return s
+}
+
+// describeSource reads the end offsets and the stored bytes of topic, a
+// source of benchmarks' partitions count.
+func (e *env) describeSource(ctx context.Context, b *testing.B, topic string) source {
+	b.Helper()
 	ends, err := endOffsets(ctx, e.srcAdm, topic)
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := source{topic: topic, ends: ends, spec: st}
+	s := source{topic: topic, ends: ends}
 	for _, o := range ends {
 		s.total += o
 	}

@@ -161,17 +161,8 @@ func produceTxnSource(ctx context.Context, b *testing.B, e *env, topic string, m
 	if len(errs) > 0 {
 		b.Fatal(errs[0])
 	}
-	ends, err := endOffsets(ctx, e.srcAdm, topic)
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := source{topic: topic, ends: ends, spec: total}
-	for _, o := range ends {
-		s.total += o
-	}
-	if s.stored, err = storedBytes(ctx, e.srcAdm, topic, partitions); err != nil {
-		b.Fatal(err)
-	}
+	s := e.describeSource(ctx, b, topic)
+	s.spec = total
 	return s
 }
 
@@ -267,48 +258,14 @@ func BenchmarkFillers(b *testing.B) {
 	if err := createTopic(ctx, e.srcAdm, topic, partitions, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}); err != nil {
 		b.Fatal(err)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.srcBoot...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(5*time.Millisecond))
-	if err != nil {
+	if err := produceHoleRuns(ctx, e.srcBoot, topic, 100); err != nil {
 		b.Fatal(err)
 	}
-	value := make([]byte, 100)
-	var perr atomic.Value
-	for j := range fillerOffsets {
-		for part := range int32(partitions) {
-			cl.Produce(ctx, &kgo.Record{Topic: topic, Partition: part, Key: []byte(fillerKey(part, j)), Value: value}, func(_ *kgo.Record, err error) {
-				if err != nil {
-					perr.Store(err)
-				}
-			})
-		}
-	}
-	if err := cl.Flush(ctx); err != nil {
-		b.Fatal(err)
-	}
-	// kfake's cleaner leaves each partition's last batch alone (the
-	// active segment): make it a one-record batch of its own.
-	for part := range int32(partitions) {
-		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: part, Key: fmt.Appendf(nil, "p%d-tail", part), Value: value}).FirstErr(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	cl.Close()
-	if err, _ := perr.Load().(error); err != nil {
+	if err := produceHoleTails(ctx, e.srcBoot, topic); err != nil {
 		b.Fatal(err)
 	}
 	e.src.Kfake().Compact()
-	ends, err := endOffsets(ctx, e.srcAdm, topic)
-	if err != nil {
-		b.Fatal(err)
-	}
-	src := source{topic: topic, ends: ends}
-	for _, o := range ends {
-		src.total += o
-	}
-	if src.stored, err = storedBytes(ctx, e.srcAdm, topic, partitions); err != nil {
-		b.Fatal(err)
-	}
+	src := e.describeSource(ctx, b, topic)
 	starts, err := e.srcAdm.ListStartOffsets(ctx, topic)
 	if err != nil {
 		b.Fatal(err)
@@ -318,7 +275,7 @@ func BenchmarkFillers(b *testing.B) {
 			b.Fatalf("kfake's cleaner moved the log start of %s/%d to %d", topic, o.Partition, o.Offset)
 		}
 	})
-	visible, err := countRecords(ctx, e, topic, ends)
+	visible, err := countRecords(ctx, e, topic, src.ends)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -343,6 +300,55 @@ func BenchmarkFillers(b *testing.B) {
 	b.ReportMetric(mps, "markers-offsets/s")
 	b.ReportMetric(mps/cps, "markers/coordinator")
 	_ = deleteTopic(ctx, e.srcAdm, topic)
+}
+
+// produceHoleRuns writes the records of a source with fillerRun holes to a
+// compacted topic (see fillerRun), fillerOffsets per partition, with values
+// of valueSize bytes of workload's compressible noise, in zstd batches.
+func produceHoleRuns(ctx context.Context, seeds []string, topic string, valueSize int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(5*time.Millisecond), kgo.ProducerBatchCompression(kgo.ZstdCompression()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	noise := workload.Spec{Topic: topic, ValueSize: valueSize, Seed: 5}.WithDefaults()
+	var perr atomic.Value
+	for j := range fillerOffsets {
+		for part := range int32(partitions) {
+			value := noise.Record(j*partitions + int(part)).Value
+			cl.Produce(ctx, &kgo.Record{Topic: topic, Partition: part, Key: []byte(fillerKey(part, j)), Value: value}, func(_ *kgo.Record, err error) {
+				if err != nil {
+					perr.Store(err)
+				}
+			})
+		}
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return err
+	}
+	if err, _ := perr.Load().(error); err != nil {
+		return err
+	}
+	return nil
+}
+
+// produceHoleTails writes each partition of topic one more record, with a
+// key of its own, as a batch of its own: a cleaner leaves a partition's
+// last batch (kfake) or active segment (Kafka, which this record rolls once
+// the topic's segment.ms has passed) alone, and so keeps only this.
+func produceHoleTails(ctx context.Context, seeds []string, topic string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	for part := range int32(partitions) {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: part, Key: fmt.Appendf(nil, "p%d-tail", part), Value: make([]byte, 100)}).FirstErr(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // countRecords counts the records a consumer reads from topic up to ends.

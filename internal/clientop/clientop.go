@@ -72,6 +72,10 @@ type ProduceTxn struct {
 	Partition *int32
 	// Compression is none (""), gzip, snappy, lz4 or zstd.
 	Compression string
+	// ValueSize, when above the length of a value, pads it to ValueSize
+	// bytes (Padded), so that a benchmark writes records of a realistic
+	// size.
+	ValueSize int
 }
 
 // Args implements Op.
@@ -81,7 +85,7 @@ func (o ProduceTxn) Args() []string {
 		"--transactions", strconv.Itoa(o.Transactions),
 		"--records-per-txn", strconv.Itoa(o.RecordsPerTxn),
 		"--abort-every", strconv.Itoa(o.AbortEvery))
-	return append(a, partitionCompression(o.Partition, o.Compression)...)
+	return append(a, produceFlags(o.Partition, o.Compression, o.ValueSize)...)
 }
 
 func (o ProduceTxn) conn() Conn { return o.Conn }
@@ -97,6 +101,8 @@ type Produce struct {
 	Idempotent  bool
 	Partition   *int32
 	Compression string
+	// ValueSize pads values as in ProduceTxn.
+	ValueSize int
 }
 
 // Args implements Op.
@@ -106,18 +112,21 @@ func (o Produce) Args() []string {
 	if o.Idempotent {
 		a = append(a, "--idempotent")
 	}
-	return append(a, partitionCompression(o.Partition, o.Compression)...)
+	return append(a, produceFlags(o.Partition, o.Compression, o.ValueSize)...)
 }
 
 func (o Produce) conn() Conn { return o.Conn }
 
-func partitionCompression(p *int32, c string) []string {
+func produceFlags(p *int32, c string, valueSize int) []string {
 	var a []string
 	if p != nil {
 		a = append(a, "--partition", strconv.Itoa(int(*p)))
 	}
 	if c != "" {
 		a = append(a, "--compression", c)
+	}
+	if valueSize > 0 {
+		a = append(a, "--value-size", strconv.Itoa(valueSize))
 	}
 	return a
 }
@@ -249,6 +258,33 @@ func Key(i int) string { return fmt.Sprintf("key-%d", i) }
 
 // Value is the value of record i of Produce.
 func Value(i int) string { return fmt.Sprintf("value-%d", i) }
+
+// padAlphabet has 16 symbols: padding carries 4 bits of entropy a byte and
+// compresses about 2:1, as workload's values do, so that a codec has real
+// work and a padded batch is not mostly air.
+const padAlphabet = "0123456789abcdef"
+
+// Padded is v followed by size-len(v) bytes of padAlphabet, drawn from a
+// 64-bit linear congruential generator (Knuth's MMIX constants) seeded with
+// v's FNV-1a hash, one symbol from the top 4 bits of each step; v itself
+// when it is not shorter than size. Both clients pad the same way.
+func Padded(v string, size int) string {
+	if len(v) >= size {
+		return v
+	}
+	x := uint64(0xcbf29ce484222325)
+	for i := range len(v) {
+		x ^= uint64(v[i])
+		x *= 0x100000001b3
+	}
+	b := make([]byte, len(v), size)
+	copy(b, v)
+	for len(b) < size {
+		x = x*6364136223846793005 + 1442695040888963407
+		b = append(b, padAlphabet[x>>60])
+	}
+	return string(b)
+}
 
 // Exec runs cmd, a client started with op.Args() at the end of its command
 // line, and decodes the JSON object it prints. name names the client in

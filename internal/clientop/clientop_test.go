@@ -20,6 +20,8 @@ func TestArgs(t *testing.T) {
 			"produce-txn --bootstrap b:9092 --sasl-user u --sasl-password pw --topic t --transactional-id id --transactions 3 --records-per-txn 4 --abort-every 2 --partition 2 --compression zstd"},
 		{Produce{Conn: Conn{Bootstrap: "b"}, Topic: "t", Records: 5, Idempotent: true},
 			"produce --bootstrap b --topic t --records 5 --idempotent"},
+		{Produce{Conn: Conn{Bootstrap: "b"}, Topic: "t", Records: 5, ValueSize: 1024},
+			"produce --bootstrap b --topic t --records 5 --value-size 1024"},
 		{ConsumeGroup{Conn: Conn{Bootstrap: "b"}, Topic: "t", Group: "g", MaxRecords: 7, Isolation: ReadUncommitted, Timeout: 2 * time.Second, Commit: true},
 			"consume-group --bootstrap b --topic t --group g --max-records 7 --isolation read_uncommitted --timeout-ms 2000 --commit"},
 		{Commit{Conn: Conn{Bootstrap: "b"}, Group: "g", Topic: "t", Offsets: map[int32]int64{2: 9, 0: 5}},
@@ -61,6 +63,21 @@ func TestContents(t *testing.T) {
 	}
 	if TxnKey(1, 2) != "txn-1-key-2" || TxnValue(1, 2) != "txn-1-value-2" || Key(3) != "key-3" || Value(3) != "value-3" {
 		t.Fatal("record contents changed: change KmirrorClient.java and kmirror_client.py with them")
+	}
+}
+
+// TestPadded pins the padding both clients implement: a change here is a
+// change to KmirrorClient.java and kmirror_client.py.
+func TestPadded(t *testing.T) {
+	if got, want := Padded("value-3", 32), "value-32229ad96ef7138c2388672316"; got != want {
+		t.Fatalf("Padded(value-3, 32) = %q, want %q", got, want)
+	}
+	if got := Padded("value-3", 5); got != "value-3" {
+		t.Fatalf("Padded of a value longer than the size = %q, want it unchanged", got)
+	}
+	v := Padded("txn-0-value-0", 1024)
+	if len(v) != 1024 || v[:13] != "txn-0-value-0" || strings.Trim(v[13:], padAlphabet) != "" {
+		t.Fatalf("Padded(txn-0-value-0, 1024) = %q", v)
 	}
 }
 

@@ -26,6 +26,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/kmirror/kmirror/internal/netshape"
 )
 
 // Option configures Start.
@@ -65,6 +67,9 @@ type config struct {
 	kafkaVersion  string
 	txnVersion    int
 	seeds         []seedTopics
+	latency       time.Duration  // shape.go
+	bandwidth     int64          // shape.go
+	link          *netshape.Link // shape.go: given by Link, or made by resolveLink
 }
 
 // Name sets the cluster id reported in metadata, overriding "dev". Give the
@@ -135,10 +140,11 @@ type Cluster struct {
 	kc        *kfake.Cluster
 	name      string
 	bootstrap []string
-	auth      *internalAuth // how the helpers authenticate; nil without SASL or ACLs
-	clientTLS *tls.Config   // how the helpers connect with TLS (tls.go); nil without
-	caPEM     []byte        // the CA of the brokers' certificate (tls.go)
-	kafka     *kafkaEngine  // the Kafka engine's brokers (kafka.go); nil on the embedded engine
+	auth      *internalAuth  // how the helpers authenticate; nil without SASL or ACLs
+	clientTLS *tls.Config    // how the helpers connect with TLS (tls.go); nil without
+	caPEM     []byte         // the CA of the brokers' certificate (tls.go)
+	kafka     *kafkaEngine   // the Kafka engine's brokers (kafka.go); nil on the embedded engine
+	link      *netshape.Link // what clients reach the brokers through (shape.go); nil: loopback
 }
 
 // Start starts a cluster and returns once every broker listens.
@@ -164,6 +170,11 @@ func Start(opts ...Option) (*Cluster, error) {
 	if err := cfg.validateAuth(); err != nil {
 		return nil, err
 	}
+	link, err := cfg.resolveLink()
+	if err != nil {
+		return nil, err
+	}
+	cfg.link = link
 	switch cfg.engine {
 	case Kafka:
 		return startKafka(cfg)
@@ -197,6 +208,12 @@ func Start(opts ...Option) (*Cluster, error) {
 			ln, err := listen(network, addr)
 			if err != nil {
 				return nil, err
+			}
+			if cfg.link != nil {
+				ln = cfg.link.Listener(ln)
+			}
+			if !cfg.tls {
+				ln = compatListener{ln}
 			}
 			return gatedListener{ln, ready}, nil
 		}),
@@ -234,6 +251,7 @@ func Start(opts ...Option) (*Cluster, error) {
 		auth:      auth,
 		clientTLS: clientTLS,
 		caPEM:     caPEM,
+		link:      cfg.link,
 	}
 	if !cfg.lenient {
 		s := &strictValidator{
@@ -248,7 +266,7 @@ func Start(opts ...Option) (*Cluster, error) {
 		}
 	}
 	cfg.logger.Debug("cluster started", "name", cfg.name, "bootstrap", c.BootstrapString(), "strict", !cfg.lenient, "tls", cfg.tls,
-		"auth", cfg.describeAuth())
+		"auth", cfg.describeAuth(), "link", cfg.describeLink())
 	return c, nil
 }
 

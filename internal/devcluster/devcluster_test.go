@@ -6,12 +6,15 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kmirror/kmirror/internal/netshape"
 )
 
 func TestStartOptions(t *testing.T) {
@@ -80,6 +83,9 @@ func TestStartErrors(t *testing.T) {
 		{"ports past 65535", []Option{FirstPort(65535), Brokers(2)}, "needs ports up to 65536"},
 		{"empty name", []Option{Name("")}, "Name must not be empty"},
 		{"port in use", []Option{FirstPort(busyPort)}, fmt.Sprintf("port %d is already in use", busyPort)},
+		{"negative latency", []Option{Latency(-time.Second)}, "Latency must not be negative"},
+		{"negative bandwidth", []Option{Bandwidth(-1)}, "Bandwidth must not be negative"},
+		{"link and latency", []Option{Link(netshape.NewLink(netshape.Shape{})), Latency(time.Second)}, "Link comes with its own shape"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := Start(tc.opts...)

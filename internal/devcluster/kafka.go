@@ -27,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kmirror/kmirror/internal/certs"
+	"github.com/kmirror/kmirror/internal/netshape"
 )
 
 // The real engine: Apache Kafka brokers from the official jars, each a JVM
@@ -110,16 +111,19 @@ type kafkaEngine struct {
 	external string // EXTERNAL's security protocol
 	nodes    []*kafkaNode
 	stopped  sync.Once
-	java     []string // JVM options
+	java     []string       // JVM options
+	link     *netshape.Link // clients reach each broker through a proxy across it (shape.go); nil: directly
 }
 
 type kafkaNode struct {
 	id         int
 	dir        string
 	props      string // server.properties path
-	port       int    // EXTERNAL
+	port       int    // EXTERNAL as advertised: the port clients connect to
+	listen     int    // EXTERNAL as the broker binds it: port, or behind the shaping proxy on port another one
 	internal   int
 	controller int
+	proxy      *netshape.Proxy // on port, forwarding to listen; nil without a link
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -159,7 +163,7 @@ func startKafka(cfg config) (*Cluster, error) {
 		return nil, fmt.Errorf("devcluster: %w", err)
 	}
 
-	e := &kafkaEngine{version: version, libs: libs, root: cfg.dataDir,
+	e := &kafkaEngine{version: version, libs: libs, root: cfg.dataDir, link: cfg.link,
 		java: []string{"-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:MaxDirectMemorySize=256m",
 			"-Djava.awt.headless=true", "-Djava.net.preferIPv4Stack=true"}}
 	if e.root == "" {
@@ -170,7 +174,7 @@ func startKafka(cfg config) (*Cluster, error) {
 	} else if e.root, err = filepath.Abs(e.root); err != nil {
 		return nil, fmt.Errorf("devcluster: DataDir: %w", err)
 	}
-	c := &Cluster{name: cfg.name, kafka: e}
+	c := &Cluster{name: cfg.name, kafka: e, link: cfg.link}
 	ok := false
 	defer func() {
 		if !ok {
@@ -207,7 +211,8 @@ func startKafka(cfg config) (*Cluster, error) {
 		if err == nil {
 			break
 		}
-		if attempt == portAttempts || !chosen || !e.portClash() {
+		var inUse *PortInUseError
+		if attempt == portAttempts || !chosen || !(e.portClash() || errors.As(err, &inUse)) {
 			return nil, err
 		}
 		cfg.logger.Debug("kafka cluster: a port was taken before its broker bound it; starting again on other ports",
@@ -221,7 +226,7 @@ func startKafka(cfg config) (*Cluster, error) {
 	}
 	ok = true
 	cfg.logger.Debug("kafka cluster started", "name", cfg.name, "version", version, "bootstrap", c.BootstrapString(),
-		"root", e.root, "tls", cfg.tls, "auth", cfg.describeAuth())
+		"root", e.root, "tls", cfg.tls, "auth", cfg.describeAuth(), "link", cfg.describeLink())
 	return c, nil
 }
 
@@ -249,6 +254,9 @@ func (c *Cluster) startNodes(cfg config, auth *internalAuth, tlsPEM *pemPair) er
 	if err := e.format(cfg, auth); err != nil {
 		return err
 	}
+	if err := e.startProxies(); err != nil {
+		return err
+	}
 	for _, n := range e.nodes {
 		if err := e.startNode(n, cfg); err != nil {
 			return err
@@ -270,6 +278,7 @@ func (e *kafkaEngine) portClash() bool {
 // reset stops every node and removes what layout and format wrote, so that
 // a fresh cluster can be laid out again on other ports.
 func (e *kafkaEngine) reset() error {
+	e.stopProxies()
 	for _, n := range e.nodes {
 		n.stop(true, 0)
 		if err := os.RemoveAll(n.dir); err != nil {
@@ -288,13 +297,20 @@ func (e *kafkaEngine) reset() error {
 // chosen says whether layout picked every port itself (none from FirstPort
 // or ports.txt), so that a start may be tried again on others.
 func (e *kafkaEngine) layout(cfg config) (chosen bool, err error) {
-	saved := map[int][3]int{}
+	saved := map[int][]int{} // node id: port, internal, controller and, behind a link, listen
 	portsFile := filepath.Join(e.root, "ports.txt")
 	if b, err := os.ReadFile(portsFile); err == nil {
 		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-			var id, p, ip, cp int
-			if _, err := fmt.Sscanf(line, "%d %d %d %d", &id, &p, &ip, &cp); err == nil {
-				saved[id] = [3]int{p, ip, cp}
+			var ports []int
+			for _, f := range strings.Fields(line) {
+				p, err := strconv.Atoi(f)
+				if err != nil {
+					break
+				}
+				ports = append(ports, p)
+			}
+			if len(ports) >= 4 {
+				saved[ports[0]] = ports[1:]
 			}
 		}
 	}
@@ -320,13 +336,20 @@ func (e *kafkaEngine) layout(cfg config) (chosen bool, err error) {
 		}
 		if ok {
 			n.internal, n.controller = s[1], s[2]
+			if e.link != nil && len(s) > 3 {
+				n.listen = s[3]
+			}
 		}
 		if n.port != 0 {
 			if err := portFree(n.port); err != nil {
 				return false, err
 			}
 		}
-		for _, p := range []*int{&n.port, &n.internal, &n.controller} {
+		ports := []*int{&n.port, &n.internal, &n.controller}
+		if e.link != nil {
+			ports = append(ports, &n.listen)
+		}
+		for _, p := range ports {
 			if *p == 0 {
 				ln, err := listenQuietPort()
 				if err != nil {
@@ -336,11 +359,17 @@ func (e *kafkaEngine) layout(cfg config) (chosen bool, err error) {
 				*p = ln.Addr().(*net.TCPAddr).Port
 			}
 		}
+		line := fmt.Sprintf("%d %d %d %d", n.id, n.port, n.internal, n.controller)
+		if e.link != nil {
+			line += fmt.Sprintf(" %d", n.listen)
+		} else {
+			n.listen = n.port
+		}
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
 			return false, fmt.Errorf("devcluster: %w", err)
 		}
 		e.nodes = append(e.nodes, n)
-		lines = append(lines, fmt.Sprintf("%d %d %d %d", n.id, n.port, n.internal, n.controller))
+		lines = append(lines, line)
 	}
 	if err := os.WriteFile(portsFile, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 		return false, fmt.Errorf("devcluster: %w", err)
@@ -427,7 +456,7 @@ func (e *kafkaEngine) writeNodeConfig(cfg config, n *kafkaNode, auth *internalAu
 		"process.roles":                                    "broker,controller",
 		"node.id":                                          strconv.Itoa(n.id),
 		"controller.quorum.voters":                         strings.Join(voters, ","),
-		"listeners":                                        fmt.Sprintf("EXTERNAL://127.0.0.1:%d,INTERNAL://127.0.0.1:%d,CONTROLLER://127.0.0.1:%d", n.port, n.internal, n.controller),
+		"listeners":                                        fmt.Sprintf("EXTERNAL://127.0.0.1:%d,INTERNAL://127.0.0.1:%d,CONTROLLER://127.0.0.1:%d", n.listen, n.internal, n.controller),
 		"advertised.listeners":                             fmt.Sprintf("EXTERNAL://127.0.0.1:%d,INTERNAL://127.0.0.1:%d", n.port, n.internal),
 		"listener.security.protocol.map":                   fmt.Sprintf("EXTERNAL:%s,INTERNAL:%s,CONTROLLER:%s", ext, inner, inner),
 		"inter.broker.listener.name":                       "INTERNAL",
@@ -900,6 +929,7 @@ func (e *kafkaEngine) close() {
 			}()
 		}
 		wg.Wait()
+		e.stopProxies()
 		if e.tempRoot {
 			_ = os.RemoveAll(e.root)
 		}

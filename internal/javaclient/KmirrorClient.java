@@ -5,8 +5,9 @@
 // script's (internal/rdkafka/kmirror_client.py).
 //
 //   produce-txn   --bootstrap B --topic T --transactional-id ID --transactions N
-//                 --records-per-txn M --abort-every K [--partition P] [--compression C]
+//                 --records-per-txn M --abort-every K [--partition P] [--compression C] [--value-size S]
 //   produce       --bootstrap B --topic T --records N [--idempotent] [--partition P] [--compression C]
+//                 [--value-size S]
 //   consume-group --bootstrap B --topic T --group G --max-records N
 //                 [--isolation read_committed|read_uncommitted] [--timeout-ms MS] [--commit]
 //   commit        --bootstrap B --group G --topic T --offsets p=o,p=o
@@ -180,6 +181,25 @@ public final class KmirrorClient {
     return p < 0 ? null : p;
   }
 
+  static final String PAD_ALPHABET = "0123456789abcdef";
+
+  /** clientop.Padded: v padded to size bytes with noise seeded by v's FNV-1a hash. */
+  static byte[] padded(String v, int size) {
+    byte[] b = bytes(v);
+    if (b.length >= size) return b;
+    long x = 0xcbf29ce484222325L;
+    for (byte c : b) {
+      x ^= c & 0xff;
+      x *= 0x100000001b3L;
+    }
+    byte[] out = java.util.Arrays.copyOf(b, size);
+    for (int i = b.length; i < size; i++) {
+      x = x * 6364136223846793005L + 1442695040888963407L;
+      out[i] = (byte) PAD_ALPHABET.charAt((int) (x >>> 60));
+    }
+    return out;
+  }
+
   static String produceTxn(Flags f) throws Exception {
     Properties p = producerProps(f);
     String topic = f.req("topic");
@@ -189,6 +209,7 @@ public final class KmirrorClient {
     int n = f.integer("transactions", null), m = f.integer("records-per-txn", null);
     int abortEvery = f.integer("abort-every", 0);
     Integer partition = partition(f);
+    int valueSize = f.integer("value-size", 0);
     f.done();
     int committed = 0, aborted = 0, committedTxns = 0, abortedTxns = 0;
     try (KafkaProducer<byte[], byte[]> pr = new KafkaProducer<>(p)) {
@@ -198,7 +219,7 @@ public final class KmirrorClient {
         List<Future<RecordMetadata>> sent = new ArrayList<>();
         for (int j = 0; j < m; j++) {
           ProducerRecord<byte[], byte[]> r = new ProducerRecord<>(topic, partition,
-              bytes("txn-" + i + "-key-" + j), bytes("txn-" + i + "-value-" + j));
+              bytes("txn-" + i + "-key-" + j), padded("txn-" + i + "-value-" + j, valueSize));
           r.headers().add("kmirror-txn", bytes(Integer.toString(i)));
           sent.add(pr.send(r));
         }
@@ -238,12 +259,13 @@ public final class KmirrorClient {
     // The Java client is idempotent by default (3.0 on): say it either way.
     p.put("enable.idempotence", Boolean.toString(f.bool("idempotent")));
     Integer partition = partition(f);
+    int valueSize = f.integer("value-size", 0);
     f.done();
     List<Future<RecordMetadata>> sent = new ArrayList<>();
     try (KafkaProducer<byte[], byte[]> pr = new KafkaProducer<>(p)) {
       for (int i = 0; i < n; i++) {
         ProducerRecord<byte[], byte[]> r = new ProducerRecord<>(topic, partition,
-            bytes("key-" + i), bytes("value-" + i));
+            bytes("key-" + i), padded("value-" + i, valueSize));
         r.headers().add("kmirror-record", bytes(Integer.toString(i)));
         sent.add(pr.send(r));
       }

@@ -6,8 +6,9 @@ clientop (internal/clientop), and must stay the same as the Java client's
 (internal/javaclient/KmirrorClient.java).
 
   produce-txn   --bootstrap B --topic T --transactional-id ID --transactions N
-                --records-per-txn M --abort-every K [--partition P] [--compression C]
+                --records-per-txn M --abort-every K [--partition P] [--compression C] [--value-size S]
   produce       --bootstrap B --topic T --records N [--idempotent] [--partition P] [--compression C]
+                [--value-size S]
   consume-group --bootstrap B --topic T --group G --max-records N
                 [--isolation read_committed|read_uncommitted] [--timeout-ms MS] [--commit]
   commit        --bootstrap B --group G --topic T --offsets p=o,p=o
@@ -89,6 +90,25 @@ class Deliveries:
             raise Failure("producing: %s" % self.failed)
 
 
+PAD_ALPHABET = b"0123456789abcdef"
+MASK64 = (1 << 64) - 1
+
+
+def padded(v, size):
+    """clientop.Padded: v padded to size bytes with noise seeded by v's FNV-1a hash."""
+    b = v.encode()
+    if len(b) >= size:
+        return b
+    x = 0xcbf29ce484222325
+    for c in b:
+        x = ((x ^ c) * 0x100000001b3) & MASK64
+    out = bytearray(b)
+    while len(out) < size:
+        x = (x * 6364136223846793005 + 1442695040888963407) & MASK64
+        out.append(PAD_ALPHABET[x >> 60])
+    return bytes(out)
+
+
 def send(p, errors, topic, partition, key, value, headers, cb):
     kw = {"key": key, "value": value, "headers": headers, "on_delivery": cb}
     if partition >= 0:
@@ -129,7 +149,7 @@ def produce_txn(a):
         d = Deliveries()
         for j in range(a.records_per_txn):
             send(p, errors, a.topic, a.partition,
-                 ("txn-%d-key-%d" % (i, j)).encode(), ("txn-%d-value-%d" % (i, j)).encode(),
+                 ("txn-%d-key-%d" % (i, j)).encode(), padded("txn-%d-value-%d" % (i, j), a.value_size),
                  [("kmirror-txn", str(i).encode())], d)
         if a.abort_every > 0 and (i + 1) % a.abort_every == 0:
             # Flush first, so that the aborted records are in the log
@@ -156,7 +176,7 @@ def produce(a):
     p = Producer(conf)
     d = Deliveries()
     for i in range(a.records):
-        send(p, errors, a.topic, a.partition, ("key-%d" % i).encode(), ("value-%d" % i).encode(),
+        send(p, errors, a.topic, a.partition, ("key-%d" % i).encode(), padded("value-%d" % i, a.value_size),
              [("kmirror-record", str(i).encode())], d)
         p.poll(0)
     flush(p, errors)
@@ -308,6 +328,7 @@ def parser():
     s.add_argument("--abort-every", type=int, default=0)
     s.add_argument("--partition", type=int, default=-1)
     s.add_argument("--compression", default="none")
+    s.add_argument("--value-size", type=int, default=0)
 
     s = cmd("produce", produce)
     s.add_argument("--topic", required=True)
@@ -315,6 +336,7 @@ def parser():
     s.add_argument("--idempotent", action="store_true")
     s.add_argument("--partition", type=int, default=-1)
     s.add_argument("--compression", default="none")
+    s.add_argument("--value-size", type=int, default=0)
 
     s = cmd("consume-group", consume_group)
     s.add_argument("--topic", required=True)

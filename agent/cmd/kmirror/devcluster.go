@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/netshape"
 )
 
 func init() {
@@ -48,6 +49,8 @@ func devCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	tlsCAOut := fs.String("tls-ca-out", "", "with --tls: write the CA certificate (PEM) to this file, for clients to trust")
 	tlsCert := fs.String("tls-cert", "", "brokers listen with TLS only, presenting this PEM certificate (with --tls-key) instead of a generated one")
 	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
+	latency := fs.Duration("latency", 0, "one-way delay of every byte between clients and the brokers, as over a wide-area link (a round trip takes twice it; requests in flight overlap); 0: none")
+	bandwidth := fs.String("bandwidth", "0", "bytes per second between clients and the brokers in each direction, shared by all connections, such as 100MB or 64MiB (powers of 1000 and of 1024); 0: unlimited")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -119,6 +122,13 @@ func devCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case *tlsCAOut != "" && !*withTLS:
 		return errors.New("--tls-ca-out writes the CA of the certificate --tls generates: add --tls")
 	}
+	if *latency < 0 {
+		return fmt.Errorf("--latency must not be negative, got %s", *latency)
+	}
+	bytesPerSec, err := netshape.ParseBandwidth(*bandwidth)
+	if err != nil {
+		return fmt.Errorf("--bandwidth: %w", err)
+	}
 	level := hclog.LevelFromString(*logLevel)
 	if level == hclog.NoLevel {
 		return fmt.Errorf("--log-level %q is not one of trace, debug, info, warn, error, off", *logLevel)
@@ -134,6 +144,12 @@ func devCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if *dataDir != "" {
 		opts = append(opts, devcluster.DataDir(*dataDir))
+	}
+	if *latency > 0 {
+		opts = append(opts, devcluster.Latency(*latency))
+	}
+	if bytesPerSec > 0 {
+		opts = append(opts, devcluster.Bandwidth(bytesPerSec))
 	}
 	if *lenient {
 		opts = append(opts, devcluster.Lenient())
@@ -183,7 +199,8 @@ func devCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("writing the bootstrap line: %w", err)
 	}
 	log.Info("cluster ready", "engine", engine, "kafka_version", c.KafkaVersion(), "name", *name, "brokers", *brokers, "strict", !*lenient, "data_dir", *dataDir,
-		"sasl_users", saslUsers.names(), "acls", *acls, "super_users", []string(superUsers), "tls", *withTLS || *tlsCert != "")
+		"sasl_users", saslUsers.names(), "acls", *acls, "super_users", []string(superUsers), "tls", *withTLS || *tlsCert != "",
+		"link", netshape.Shape{Delay: *latency, Bandwidth: bytesPerSec})
 	<-ctx.Done()
 	log.Info("shutting down")
 	return nil

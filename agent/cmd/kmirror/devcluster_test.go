@@ -62,6 +62,10 @@ func TestDevClusterFlagErrors(t *testing.T) {
 		{[]string{"--tls", "--tls-cert", "c.pem", "--tls-key", "k.pem"}, []string{"use one of them"}},
 		{[]string{"--tls-ca-out", "ca.pem"}, []string{"--tls-ca-out", "add --tls"}},
 		{[]string{"--tls-cert", "/nonexistent/c.pem", "--tls-key", "/nonexistent/k.pem"}, []string{"--tls-cert and --tls-key: open /nonexistent/c.pem"}},
+		{[]string{"--latency", "-5ms"}, []string{"--latency must not be negative"}},
+		{[]string{"--latency", "soon"}, []string{"-latency"}},
+		{[]string{"--bandwidth", "fast"}, []string{"--bandwidth", `"fast"`}},
+		{[]string{"--bandwidth", "10Mb"}, []string{"--bandwidth", `unit "Mb"`}},
 		{[]string{"--port", strconv.Itoa(busyPort)}, []string{
 			"--port", fmt.Sprintf("port %d is already in use", busyPort), "try --port"}},
 	} {
@@ -85,6 +89,30 @@ func TestDevClusterFlagErrors(t *testing.T) {
 	}
 }
 
+// devClusterInProcess runs the command with args in this process until ctx
+// ends, and returns the bootstrap it printed, its log, and its result once
+// it returns.
+func devClusterInProcess(ctx context.Context, t *testing.T, args ...string) (bootstrap string, stderr *syncBuffer, done <-chan error) {
+	t.Helper()
+	stdoutR, stdoutW := io.Pipe()
+	stderr = new(syncBuffer)
+	result := make(chan error, 1)
+	go func() {
+		result <- devCluster(ctx, args, stdoutW, stderr)
+		stdoutW.Close()
+	}()
+	line, err := bufio.NewReader(stdoutR).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the bootstrap line: %v (%v); stderr:\n%s", err, <-result, stderr)
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdoutR) }()
+	bootstrap, ok := strings.CutPrefix(strings.TrimSpace(line), "bootstrap: ")
+	if !ok {
+		t.Fatalf("first line %q is not the bootstrap line", line)
+	}
+	return bootstrap, stderr, result
+}
+
 // TestDevClusterSASLAndACLs runs the command in-process with SASL users,
 // the authorizer and a super user: the super user may do anything (each
 // mechanism), a user without ACLs is refused writes with
@@ -93,23 +121,8 @@ func TestDevClusterFlagErrors(t *testing.T) {
 func TestDevClusterSASLAndACLs(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stdoutR, stdoutW := io.Pipe()
-	stderr := new(syncBuffer)
-	done := make(chan error, 1)
-	go func() {
-		done <- devCluster(ctx, []string{"--port", "0", "--acls",
-			"--sasl-user", "admin:adm:in-pass", "--sasl-user", "alice:alice-pass", "--super-user", "admin"}, stdoutW, stderr)
-		stdoutW.Close()
-	}()
-	line, err := bufio.NewReader(stdoutR).ReadString('\n')
-	if err != nil {
-		t.Fatalf("reading the bootstrap line: %v (%v); stderr:\n%s", err, <-done, stderr)
-	}
-	go func() { _, _ = io.Copy(io.Discard, stdoutR) }()
-	bootstrap, ok := strings.CutPrefix(strings.TrimSpace(line), "bootstrap: ")
-	if !ok {
-		t.Fatalf("first line %q is not the bootstrap line", line)
-	}
+	bootstrap, stderr, done := devClusterInProcess(ctx, t, "--port", "0", "--acls",
+		"--sasl-user", "admin:adm:in-pass", "--sasl-user", "alice:alice-pass", "--super-user", "admin")
 	seeds := kgo.SeedBrokers(strings.Split(bootstrap, ",")...)
 	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer rcancel()
@@ -432,18 +445,7 @@ func TestDevClusterTLS(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	stdoutR, stdoutW := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		done <- devCluster(ctx, []string{"--port", "0", "--tls", "--tls-ca-out", caFile, "--sasl-user", "alice:alice-pass"}, stdoutW, io.Discard)
-		stdoutW.Close()
-	}()
-	line, err := bufio.NewReader(stdoutR).ReadString('\n')
-	if err != nil {
-		t.Fatalf("reading the bootstrap line: %v (%v)", err, <-done)
-	}
-	go func() { _, _ = io.Copy(io.Discard, stdoutR) }()
-	bootstrap, _ := strings.CutPrefix(strings.TrimSpace(line), "bootstrap: ")
+	bootstrap, _, done := devClusterInProcess(ctx, t, "--port", "0", "--tls", "--tls-ca-out", caFile, "--sasl-user", "alice:alice-pass")
 	caPEM, err := os.ReadFile(caFile)
 	if err != nil {
 		t.Fatal(err)
@@ -477,5 +479,39 @@ func TestDevClusterTLS(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("dev-cluster: %v", err)
+	}
+}
+
+// TestDevClusterLatency runs the command in-process with --latency and
+// --bandwidth: a request on an open connection takes at least the round
+// trip, and the log says what link the cluster is behind.
+func TestDevClusterLatency(t *testing.T) {
+	const latency = 40 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	bootstrap, stderr, done := devClusterInProcess(ctx, t, "--port", "0", "--latency", latency.String(), "--bandwidth", "100MB")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer rcancel()
+	if err := cl.Ping(rctx); err != nil { // opens the connection
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := cl.Ping(rctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 2*latency {
+		t.Fatalf("a request took %s, less than the round trip of --latency %s", d, latency)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr.String(), "link=\"40ms one-way, 100MB/s\"") {
+		t.Fatalf("the log does not say what link the cluster is behind:\n%s", stderr)
 	}
 }

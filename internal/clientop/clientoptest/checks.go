@@ -314,15 +314,20 @@ func resultEq(a, b clientop.Result) bool {
 }
 
 // Produce checks plain produce, idempotent or not, into a topic of three
-// partitions: franz-go reads every record back with its key, value and
-// header.
+// partitions: franz-go reads every record back with its key, value (padded
+// in the idempotent run) and header.
 func Produce(t *testing.T, run Runner, b *Broker) {
 	ctx := ctxFor(t)
 	for _, idem := range []bool{false, true} {
 		topic := Name(t, fmt.Sprintf("plain-idem-%v", idem))
 		CreateTopic(t, b, topic, 3)
+		// The idempotent run pads its values too.
+		valueSize := 0
+		if idem {
+			valueSize = 300
+		}
 		res, err := run(ctx, clientop.Produce{Conn: clientop.Conn{Bootstrap: b.Bootstrap}, Topic: topic, Records: 30,
-			Idempotent: idem, Compression: "gzip"})
+			Idempotent: idem, Compression: "gzip", ValueSize: valueSize})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -339,7 +344,7 @@ func Produce(t *testing.T, run Runner, b *Broker) {
 			end, _ := ends.Lookup(topic, p)
 			for _, r := range ReadPartition(t, b, topic, p, kgo.ReadUncommitted(), int(end.Offset)) {
 				i, err := strconv.Atoi(header(r, clientop.RecordHeader))
-				if err != nil || string(r.Key) != clientop.Key(i) || string(r.Value) != clientop.Value(i) || seen[string(r.Key)] {
+				if err != nil || string(r.Key) != clientop.Key(i) || string(r.Value) != clientop.Padded(clientop.Value(i), valueSize) || seen[string(r.Key)] {
 					t.Fatalf("record %s[%d]@%d: key %q value %q header %q", topic, p, r.Offset, r.Key, r.Value, header(r, clientop.RecordHeader))
 				}
 				seen[string(r.Key)] = true
