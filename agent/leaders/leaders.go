@@ -163,39 +163,58 @@ func (c *Cache) Bounds(ctx context.Context, topic string, partition int32) (Boun
 	if err != nil {
 		return b, err
 	}
-	for _, q := range []struct {
+	// The three offsets are asked for at once: each is a request of its
+	// own (ListOffsets takes one timestamp and isolation a partition), and
+	// a filler's check of the end waits for them.
+	queries := []struct {
 		ts        int64
 		isolation int8
 		into      *int64
-	}{{-2, 0, &b.LogStart}, {-1, 0, &b.HighWatermark}, {-1, 1, &b.LastStable}} {
-		req := kmsg.NewPtrListOffsetsRequest()
-		req.ReplicaID = -1
-		req.IsolationLevel = q.isolation
-		rt := kmsg.NewListOffsetsRequestTopic()
-		rt.Topic = topic
-		rp := kmsg.NewListOffsetsRequestTopicPartition()
-		rp.Partition = partition
-		rp.CurrentLeaderEpoch = -1
-		rp.Timestamp = q.ts
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		kresp, err := c.cl.Broker(int(l.Leader)).Request(ctx, req)
+	}{{-2, 0, &b.LogStart}, {-1, 0, &b.HighWatermark}, {-1, 1, &b.LastStable}}
+	errs := make([]error, len(queries))
+	var wg sync.WaitGroup
+	for i, q := range queries {
+		wg.Go(func() { errs[i] = c.listOffset(ctx, l.Leader, topic, partition, q.ts, q.isolation, q.into) })
+	}
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
-			c.Invalidate(topic)
-			return b, fmt.Errorf("listing offsets of %s/%d: %w", topic, partition, err)
+			return b, err
 		}
-		resp := kresp.(*kmsg.ListOffsetsResponse)
-		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-			return b, fmt.Errorf("listing offsets of %s/%d: malformed response", topic, partition)
-		}
-		rp0 := resp.Topics[0].Partitions[0]
-		if err := kerr.ErrorForCode(rp0.ErrorCode); err != nil {
-			if IsLeadershipError(err) {
-				c.Invalidate(topic)
-			}
-			return b, fmt.Errorf("listing offsets of %s/%d: %w", topic, partition, err)
-		}
-		*q.into = rp0.Offset
 	}
 	return b, nil
+}
+
+// listOffset asks broker for one offset of a partition (ListOffsets with
+// timestamp ts: -2 the log start, -1 the end) into into.
+func (c *Cache) listOffset(ctx context.Context, broker int32, topic string, partition int32, ts int64, isolation int8, into *int64) error {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	req.IsolationLevel = isolation
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewListOffsetsRequestTopicPartition()
+	rp.Partition = partition
+	rp.CurrentLeaderEpoch = -1
+	rp.Timestamp = ts
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	kresp, err := c.cl.Broker(int(broker)).Request(ctx, req)
+	if err != nil {
+		c.Invalidate(topic)
+		return fmt.Errorf("listing offsets of %s/%d: %w", topic, partition, err)
+	}
+	resp := kresp.(*kmsg.ListOffsetsResponse)
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return fmt.Errorf("listing offsets of %s/%d: malformed response", topic, partition)
+	}
+	rp0 := resp.Topics[0].Partitions[0]
+	if err := kerr.ErrorForCode(rp0.ErrorCode); err != nil {
+		if IsLeadershipError(err) {
+			c.Invalidate(topic)
+		}
+		return fmt.Errorf("listing offsets of %s/%d: %w", topic, partition, err)
+	}
+	*into = rp0.Offset
+	return nil
 }

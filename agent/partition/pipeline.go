@@ -9,8 +9,7 @@ import (
 )
 
 // The plain writer's batches are pipelined: up to maxPipelined of them are
-// in flight at once (Kafka's idempotent window; the writer sends them in
-// order), so that a partition writes more than one source batch per round
+// in flight at once (the writer sends them in order), so that a partition writes more than one source batch per round
 // trip to the destination. Each keeps its deterministic sequence and the
 // destination offset it must land at, and every answer is checked, in
 // order, against that offset (landed): no shift can pass.
@@ -26,9 +25,9 @@ import (
 // the log dictates.
 
 // maxPipelined is how many plain batches of one partition may be in
-// flight: the window within which a Kafka broker deduplicates a resent
-// batch of an idempotent producer.
-const maxPipelined = 5
+// flight: the writer's window (see writer.defaultMaxPerPartition for why it
+// may exceed the 5 batches a broker recognizes when resent).
+const maxPipelined = 16
 
 // flight is a plain batch on its way.
 type flight struct {

@@ -50,13 +50,14 @@ func TestPipelineResendsAfterFailedBatch(t *testing.T) {
 				if len(req.Topics) == 0 || req.Topics[0].Topic != r.tp.Topic || seen.Add(1) != 3 {
 					return nil, false, false, nil
 				}
-				at := writes.n.Load()
+				// The partition's client writes only its produce
+				// requests: those past the third were sent behind it.
 				kc.SleepControl(func() {
-					for deadline := time.Now().Add(10 * time.Second); writes.n.Load() < at+2 && time.Now().Before(deadline); {
+					for deadline := time.Now().Add(10 * time.Second); writes.n.Load() < 3+2 && time.Now().Before(deadline); {
 						time.Sleep(time.Millisecond)
 					}
 				})
-				behind.Store(writes.n.Load() - at)
+				behind.Store(writes.n.Load() - 3)
 				resp := req.ResponseKind().(*kmsg.ProduceResponse)
 				rt := kmsg.NewProduceResponseTopic()
 				rt.Topic = r.tp.Topic

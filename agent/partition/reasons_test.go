@@ -27,7 +27,7 @@ const reasonSource = "../../internal/reason/reason.go"
 // reason.Known and none for a code that does not exist; every reason the
 // agent gives with a literal message (each fail(...) and failRealign(...)
 // of this package, each reason.New and reason.Errorf here and in the
-// coordinator) carries a code of package reason, not a string, and the
+// mirror runner) carries a code of package reason, not a string, and the
 // section of that code quotes the message, with placeholders where it has
 // values. A new or reworded reason fails this test until the guide says
 // what it means and what to do.
@@ -59,9 +59,9 @@ func TestTroubleshootingGuideKeyedByCode(t *testing.T) {
 	if fails < 10 {
 		t.Fatalf("found %d fail(...) reasons in agent/partition, want at least 10: has fail been renamed?", fails)
 	}
-	topicUses := reasonUses(t, "../coordinator", names, false)
+	topicUses := reasonUses(t, "../mirror", names, false)
 	if len(topicUses) < 5 {
-		t.Fatalf("found %d reason.New reasons in agent/coordinator, want at least 5: have they been renamed?", len(topicUses))
+		t.Fatalf("found %d reason.New reasons in agent/mirror, want at least 5: have they been renamed?", len(topicUses))
 	}
 	uses = append(uses, topicUses...)
 	uses = append(uses, reasonUse{at: "cannotAlign", code: reason.RealignFailed, msg: cannotAlign})
@@ -257,12 +257,12 @@ func reasonUses(t *testing.T, dir string, names map[reason.Code]string, fails bo
 	return out
 }
 
-// TestReasonsSetWithCodes: in this package and the coordinator, a reason
-// reaches a status or a persisted record only with its code: no direct
-// assignment to a Reason field outside setReasonLocked, and no
-// partitionRecord literal with a Reason but no ReasonCode.
+// TestReasonsSetWithCodes: in this package, the coordinator and the
+// mirror runner, a reason reaches a status or a persisted record only with
+// its code: no direct assignment to a Reason field outside setReasonLocked,
+// and no partitionRecord literal with a Reason but no ReasonCode.
 func TestReasonsSetWithCodes(t *testing.T) {
-	for _, dir := range []string{".", "../coordinator"} {
+	for _, dir := range []string{".", "../coordinator", "../mirror"} {
 		paths, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)

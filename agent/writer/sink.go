@@ -23,9 +23,7 @@ import (
 // Guarantees:
 //   - A request carries at most one batch per partition (Kafka refuses
 //     more), and batches of one partition leave in arrival order, at most
-//     maxPerPartition of them in requests not yet answered: Kafka's
-//     idempotent producer window, within which the broker deduplicates a
-//     resent batch and refuses one out of sequence. Requests to a broker
+//     maxPerPartition of them in requests not yet answered. Requests to a broker
 //     go on the wire in the order they were made (issue), so a partition's
 //     batches reach the broker in sequence order.
 //   - Every batch gets its own answer: the partition's error code as a
@@ -45,11 +43,18 @@ const (
 	// connection only once it answered the last, so requests in flight
 	// hide the network round trip (a wide-area link), not the broker's
 	// acks=all wait.
-	defaultMaxInflight = 5
+	defaultMaxInflight = 16
 	// defaultMaxPerPartition is how many batches of one partition may be
-	// in requests not yet answered: Kafka keeps the metadata of a
-	// producer's last 5 batches per partition to deduplicate resends.
-	defaultMaxPerPartition = 5
+	// in requests not yet answered. Kafka keeps the metadata of a
+	// producer's last 5 batches per partition to recognize a resent one,
+	// which is why a producer that retries batches keeps 5 in flight; the
+	// mirror never resends a batch on its own: after an error it reads the
+	// destination end and writes from there, and a batch the broker no
+	// longer recognizes is refused out of sequence, never appended twice
+	// (only the next sequence is appended, and it is the same batch at the
+	// same offset). So the window is what a wide-area link needs: 16 source
+	// batches of a partition per 50 ms round trip.
+	defaultMaxPerPartition = 16
 	// returnGrace is how long a sink whose request was just answered waits
 	// for the callers of that request to come back with their next batch
 	// before sending what else is pending. Without it the first caller back

@@ -480,10 +480,10 @@ func TestProduceTxnNotCoalesced(t *testing.T) {
 
 // One partition's batches are pipelined: while the first request is held,
 // the next batches of the partition leave in requests of their own, up to
-// the window of 5, and the sixth waits; all land in sequence order.
+// its window (5 here), and the sixth waits; all land in sequence order.
 func TestProducePipelinesOnePartition(t *testing.T) {
 	f := start(t)
-	f.w.maxInflight = 10 // the partition's window, not the broker's, is the limit here
+	f.w.maxInflight, f.w.maxPerPartition = 10, 5 // the partition's window, not the broker's, is the limit here
 	o := observe(t, f.c, 1)
 	f.topic(t, "t", 2)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -541,7 +541,7 @@ func TestProducePipelinesOnePartition(t *testing.T) {
 }
 
 // Many partitions, each pipelining its batches from one goroutine with a
-// window of 5, over two brokers: requests issued from several goroutines
+// window of 16, over two brokers: requests issued from several goroutines
 // reach each broker in order, so no batch is refused out of sequence and
 // every batch lands where its sequence says.
 func TestProducePipelinedInOrder(t *testing.T) {
@@ -584,7 +584,7 @@ func TestProducePipelinedInOrder(t *testing.T) {
 				}
 				window, wants = append(window, x), append(wants, next)
 				seq, next = seq+int32(n), next+int64(n)
-				if len(window) == 5 {
+				if len(window) == defaultMaxPerPartition {
 					if err := reap(); err != nil {
 						errs <- err
 						return

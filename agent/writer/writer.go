@@ -220,7 +220,7 @@ func (w *Writer) Produce(ctx context.Context, topic string, partition int32, bat
 // duplicate of a batch already appended (same producer id, epoch and
 // sequences) gets the original offset, as Kafka answers. Batches for
 // different partitions led by the same broker share produce requests, and
-// up to 5 batches of one partition are in flight at once, sent in call
+// up to 16 batches of one partition are in flight at once, sent in call
 // order (sink.go); a caller pipelining one partition's batches must call in
 // sequence order, from one goroutine.
 func (w *Writer) ProduceAsync(ctx context.Context, topic string, partition int32, batch []byte) (*Pending, error) {
