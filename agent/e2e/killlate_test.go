@@ -297,10 +297,10 @@ func lateRequestInAdoptedTransaction(t *testing.T) {
 // rebuilds its position from the destination log end and must go on from
 // there without writing the batch again.
 func timeoutThatStillApplies(t *testing.T) {
-	// Requests 2, 12 and 22 time out: ten apart, more than the five
+	// Requests 2, 22 and 42 time out: twenty apart, more than the 16
 	// batches a partition has in flight, so each is the first error of
 	// its window and makes a resync of its own.
-	s := newLateSetup(t, 30)
+	s := newLateSetup(t, 60)
 	var mu sync.Mutex
 	seen := map[kmsg.Request]bool{} // a request is asked about once per partition and topic
 	var n int
@@ -313,7 +313,7 @@ func timeoutThatStillApplies(t *testing.T) {
 				return v
 			}
 			n++
-			seen[req] = n%10 == 2 // requests 2, 12 and 22
+			seen[req] = n%20 == 2 // requests 2, 22 and 42
 			return seen[req]
 		},
 	})
