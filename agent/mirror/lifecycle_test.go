@@ -305,3 +305,18 @@ func TestRunnerLifecycle(t *testing.T) {
 		}
 	}
 }
+
+// TestRecoverShowsAtOnce: a recovered partition reads INITIALIZING with
+// the recovering reason as soon as the recover returns, not FAILED until
+// the mirror's next look starts it (terraform apply polls for it).
+func TestRecoverShowsAtOnce(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	m := New(e.cfg, e.record("dr", "orders"))
+	tp := fetcher.TP{Topic: "orders", Partition: 0}
+	rp, _ := m.take(tp)
+	rp.pm.Restore(partition.Failed, reason.New(reason.ForeignWrite, "a foreign write"))
+	m.recover(tp)
+	if st := rp.pm.Status(); st.State != partition.Initializing || st.ReasonCode != reason.Recovering {
+		t.Errorf("after recover: %s %s %q, want INITIALIZING recovering", st.State, st.ReasonCode, st.Reason)
+	}
+}

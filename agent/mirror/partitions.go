@@ -186,6 +186,13 @@ func (m *Runner) restartPartition(tp fetcher.TP, pr partitionRecord, recovering 
 	}
 	if rp != nil && m.parts[tp] == rp {
 		rp.stop, rp.placeholder = nil, true
+		if pr.State == partition.Initializing {
+			// Describe shows the restart at once, not the state it
+			// leaves until the mirror's next look starts it: a FAILED
+			// partition being recovered must not look failed to a
+			// caller polling for the recovery (terraform apply).
+			rp.pm.Restore(pr.State, pr.why())
+		}
 	}
 	m.mu.Unlock()
 	m.kick()
