@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -37,11 +39,12 @@ type Cache struct {
 	mu      sync.Mutex
 	topics  map[string]Topic
 	fetched map[string]time.Time
+	brokers map[int32]string // host:port by node id, from the last metadata
 }
 
 // New returns a cache that asks cl for metadata.
 func New(cl *kgo.Client) *Cache {
-	return &Cache{cl: cl, minAge: 250 * time.Millisecond, topics: map[string]Topic{}, fetched: map[string]time.Time{}}
+	return &Cache{cl: cl, minAge: 250 * time.Millisecond, topics: map[string]Topic{}, fetched: map[string]time.Time{}, brokers: map[int32]string{}}
 }
 
 // ErrUnknownTopic is returned for topics the cluster does not have.
@@ -121,8 +124,20 @@ func (c *Cache) Refresh(ctx context.Context, topic string) (Topic, error) {
 	c.mu.Lock()
 	c.topics[topic] = t
 	c.fetched[topic] = time.Now()
+	for _, b := range resp.Brokers {
+		c.brokers[b.NodeID] = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
+	}
 	c.mu.Unlock()
 	return t, nil
+}
+
+// Broker returns the address (host:port) a broker advertised in the last
+// metadata that named it.
+func (c *Cache) Broker(node int32) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, ok := c.brokers[node]
+	return a, ok
 }
 
 // Invalidate drops what is cached for topic, so the next lookup refreshes.

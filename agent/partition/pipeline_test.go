@@ -1,6 +1,9 @@
 package partition
 
 import (
+	"context"
+	"encoding/binary"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,13 +16,37 @@ import (
 	rb "github.com/kmirror/kmirror/internal/recordbatch"
 )
 
-// produceWrites counts the produce requests a client wrote to brokers.
-type produceWrites struct{ n atomic.Int64 }
+// produceWrites counts the produce requests written to the destination: a
+// client's Dialer, which the writer's own connections use too, sees each
+// request in one Write. atMarkers is n when the last WriteTxnMarkers
+// request was written.
+type produceWrites struct{ n, atMarkers atomic.Int64 }
 
-func (p *produceWrites) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
-	if key == int16(kmsg.Produce) && err == nil {
-		p.n.Add(1)
+func (p *produceWrites) dial(ctx context.Context, network, host string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, host)
+	if err != nil {
+		return nil, err
 	}
+	return countingConn{c, p}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	p *produceWrites
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if err != nil || len(b) < 6 {
+		return n, err
+	}
+	switch int16(binary.BigEndian.Uint16(b[4:])) {
+	case int16(kmsg.Produce):
+		c.p.n.Add(1)
+	case int16(kmsg.WriteTxnMarkers):
+		c.p.atMarkers.Store(c.p.n.Load())
+	}
+	return n, err
 }
 
 // TestPipelineResendsAfterFailedBatch: plain batches are pipelined, and
@@ -42,7 +69,7 @@ func TestPipelineResendsAfterFailedBatch(t *testing.T) {
 			l := b.done()
 			r := newRig(t, src, dst, "pipeline-"+string(method), l, method)
 			writes := &produceWrites{}
-			r.dstOpts = []kgo.Opt{kgo.WithHooks(writes)}
+			r.dstOpts = []kgo.Opt{kgo.Dialer(writes.dial)}
 			var seen, behind atomic.Int64
 			kc := dst.Kfake()
 			r.destControl(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, bool, bool, error) {

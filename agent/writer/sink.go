@@ -2,6 +2,7 @@ package writer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -12,37 +13,42 @@ import (
 	"github.com/kmirror/kmirror/agent/leaders"
 )
 
-// Plain (non-transactional) produces are coalesced per destination broker,
-// as franz-go's producer does with its sinks: concurrent Produce calls for
-// different partitions led by the same broker go out in one ProduceRequest,
-// one batch per partition. Each broker has a sink with a queue of pending
-// batches; whenever fewer than maxInflight requests are in flight (a request
-// was answered, or a batch arrives at an idle sink), what is pending is put
-// in new requests and sent.
+// Plain (non-transactional) produces and filler markers are coalesced per
+// destination broker, as franz-go's producer does with its sinks: concurrent
+// calls for different partitions led by the same broker go out in one
+// request, one item per partition. Each broker has a sink with a queue of
+// pending items; whenever fewer than maxInflight requests are in flight (a
+// request was answered, or an item arrives at an idle sink), what is
+// pending is put in new requests and written to the broker's ordered
+// connection (conn.go), in order.
 //
 // Guarantees:
-//   - A request carries at most one batch per partition (Kafka refuses
-//     more), and batches of one partition leave in arrival order, at most
-//     maxPerPartition of them in requests not yet answered. Requests to a broker
-//     go on the wire in the order they were made (issue), so a partition's
-//     batches reach the broker in sequence order.
-//   - Every batch gets its own answer: the partition's error code as a
+//   - A request is a ProduceRequest or a WriteTxnMarkersRequest and
+//     carries at most one item per partition (Kafka refuses more batches).
+//     A partition's items leave in arrival order, at most maxPerPartition of
+//     them in requests not yet answered, and reach the broker in that order.
+//   - A partition's markers leave only once every earlier item of the
+//     partition has been answered without error: a marker has no sequence
+//     number, so one written behind a batch the broker refuses would take
+//     that batch's offset. The batches after a marker follow it at once.
+//   - Once an item of a partition fails, the partition's items still queued
+//     are answered with ErrNotSent, unsent, until it has nothing queued or
+//     in flight: its caller goes back to the destination end.
+//   - Every item gets its own answer: the partition's error code as a
 //     ProduceError (leadership errors invalidate the leader cache), or a
-//     transport error for every batch of the request.
-//   - A caller whose context ends gets its context's error at once. A batch
-//     still queued is dropped; a batch already sent stays in its request,
-//     which is cancelled only when every caller in it has given up, and it
-//     counts against its partition's window until the request returns.
+//     transport error for every item of the request.
+//   - A caller whose context ends gets its context's error at once. An item
+//     still queued is dropped; one already sent stays in its request and
+//     counts against its partition's window until the request is answered.
 //   - Transactional produces are never coalesced (a request carries the
-//     batches of one transactional id only): ProduceTxn sends them alone,
-//     through the same ordered issue.
+//     batches of one transactional id only): ProduceTxn writes them alone,
+//     to the same ordered connection.
 const (
 	// defaultMaxInflight is the number of produce requests a sink keeps in
-	// flight to its broker. franz-go sends every produce request to a
-	// broker over one connection and Kafka reads the next request of a
-	// connection only once it answered the last, so requests in flight
-	// hide the network round trip (a wide-area link), not the broker's
-	// acks=all wait.
+	// flight to its broker. They share one connection and Kafka reads the
+	// next request of a connection only once it answered the last, so
+	// requests in flight hide the network round trip (a wide-area link),
+	// not the broker's acks=all wait.
 	defaultMaxInflight = 16
 	// defaultMaxPerPartition is how many batches of one partition may be
 	// in requests not yet answered. Kafka keeps the metadata of a
@@ -69,12 +75,14 @@ const (
 
 type sink struct {
 	w    *Writer
-	node int32
+	lane lane
 
 	mu       sync.Mutex
 	queue    []*pending        // arrival order
-	busy     map[topicPart]int // batches of each partition in requests not yet answered
-	inflight int               // requests made and not yet answered
+	busy     map[topicPart]int // items of each partition in requests not yet answered
+	queued   map[topicPart]int // items of each partition in the queue
+	failed   map[topicPart]bool
+	inflight int // requests made and not yet answered
 	// outbox holds the requests made and not yet issued, in order;
 	// issuing says a goroutine issues them.
 	outbox  []*request
@@ -90,13 +98,23 @@ type topicPart struct {
 	partition int32
 }
 
+// pending is a queued item: a batch, or markers > 0 ABORT markers of
+// producer.
 type pending struct {
 	tp       topicPart
 	batch    []byte
+	markers  int
+	producer Producer
 	done     chan produced // buffered: the sender never blocks
 	answered chan struct{} // closed once done holds the answer
-	req      *request      // set once sent, guarded by sink.mu
+	sent     bool          // guarded by sink.mu
 	gone     bool          // the caller gave up, guarded by sink.mu
+}
+
+// answer gives p its result; called once.
+func (p *pending) answer(r produced) {
+	p.done <- r
+	close(p.answered)
 }
 
 type produced struct {
@@ -104,39 +122,44 @@ type produced struct {
 	err    error
 }
 
-// request is one coalesced ProduceRequest in flight.
+// request is one coalesced request in flight.
 type request struct {
-	ctx     context.Context
-	cancel  context.CancelFunc
-	batches []*pending
-	waiting int // callers still waiting, guarded by sink.mu
+	markers bool // a WriteTxnMarkersRequest, else a ProduceRequest
+	items   []*pending
 }
 
-// sink returns the broker's sink, making it on first use.
-func (w *Writer) sink(node int32) *sink {
+// ErrNotSent answers an item that was not sent because an earlier item of
+// its partition failed.
+var ErrNotSent = errors.New("not sent: an earlier write to the partition failed")
+
+// sink returns the sink of a partition led by node, making it on first use.
+func (w *Writer) sink(node int32, tp topicPart) *sink {
+	l := w.laneOf(node, tp.topic, tp.partition)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	s := w.sinks[node]
+	s := w.sinks[l]
 	if s == nil {
-		s = &sink{w: w, node: node, busy: map[topicPart]int{}, returning: map[topicPart]bool{}}
-		w.sinks[node] = s
+		s = &sink{w: w, lane: l, busy: map[topicPart]int{}, queued: map[topicPart]int{},
+			failed: map[topicPart]bool{}, returning: map[topicPart]bool{}}
+		w.sinks[l] = s
 	}
 	return s
 }
 
-// Pending is a batch given to ProduceAsync: queued, in flight or answered.
+// Pending is an item given to ProduceAsync or MarkersAsync: queued, in
+// flight or answered.
 type Pending struct {
 	s     *sink
 	p     *pending
 	topic string
 	part  int32
-	res   *produced // the answer once Wait or Ready took it
+	res   *produced // the answer once Wait took it
 }
 
-// Done is closed once the batch is answered; Wait then returns at once.
+// Done is closed once the item is answered; Wait then returns at once.
 func (x *Pending) Done() <-chan struct{} { return x.p.answered }
 
-// Ready says whether the batch is answered, without waiting.
+// Ready says whether the item is answered, without waiting.
 func (x *Pending) Ready() bool {
 	select {
 	case <-x.p.answered:
@@ -146,9 +169,10 @@ func (x *Pending) Ready() bool {
 	}
 }
 
-// Wait returns the offset the leader gave the batch's first record, or its
-// error; when ctx ends first it returns ctx's error (see the sink's
-// guarantees for what becomes of the batch).
+// Wait returns the offset the leader gave a batch's first record (-1 for
+// markers: WriteTxnMarkers does not say), or the error; when ctx ends
+// first it returns ctx's error (see the sink's guarantees for what becomes
+// of the item).
 func (x *Pending) Wait(ctx context.Context) (int64, error) {
 	if x.res != nil {
 		return x.res.offset, x.res.err
@@ -160,7 +184,7 @@ func (x *Pending) Wait(ctx context.Context) (int64, error) {
 	case <-ctx.Done():
 	}
 	select {
-	case r := <-x.p.done: // answered meanwhile: the batch is in
+	case r := <-x.p.done: // answered meanwhile
 		x.res = &r
 		return r.offset, r.err
 	default:
@@ -168,30 +192,46 @@ func (x *Pending) Wait(ctx context.Context) (int64, error) {
 	s, p := x.s, x.p
 	s.mu.Lock()
 	p.gone = true
-	if p.req == nil {
+	if !p.sent {
 		for i, q := range s.queue {
 			if q == p {
 				s.queue = append(s.queue[:i], s.queue[i+1:]...)
+				s.unqueueLocked(p.tp)
 				break
 			}
 		}
-	} else if p.req.waiting--; p.req.waiting == 0 {
-		p.req.cancel()
 	}
 	s.mu.Unlock()
-	x.res = &produced{-1, &ProduceError{Topic: x.topic, Partition: x.part, Err: ctx.Err()}}
+	x.res = &produced{-1, &ProduceError{Topic: x.topic, Partition: x.part, Markers: p.markers > 0, Err: ctx.Err()}}
 	return x.res.offset, x.res.err
 }
 
-// enqueue queues one batch for the broker.
-func (s *sink) enqueue(topic string, partition int32, batch []byte) *Pending {
-	p := &pending{tp: topicPart{topic, partition}, batch: batch, done: make(chan produced, 1), answered: make(chan struct{})}
+// enqueue queues one item for the broker.
+func (s *sink) enqueue(p *pending) *Pending {
+	p.done, p.answered = make(chan produced, 1), make(chan struct{})
 	s.mu.Lock()
 	s.queue = append(s.queue, p)
+	s.queued[p.tp]++
 	delete(s.returning, p.tp)
 	s.maybeSendLocked()
 	s.mu.Unlock()
-	return &Pending{s: s, p: p, topic: topic, part: partition}
+	return &Pending{s: s, p: p, topic: p.tp.topic, part: p.tp.partition}
+}
+
+// unqueueLocked counts an item of tp out of the queue.
+func (s *sink) unqueueLocked(tp topicPart) {
+	if s.queued[tp]--; s.queued[tp] <= 0 {
+		delete(s.queued, tp)
+	}
+	s.settleLocked(tp)
+}
+
+// settleLocked forgets that tp failed once it has nothing queued or in
+// flight: its caller has seen every answer.
+func (s *sink) settleLocked(tp topicPart) {
+	if s.failed[tp] && s.busy[tp] == 0 && s.queued[tp] == 0 {
+		delete(s.failed, tp)
+	}
 }
 
 // maybeSendLocked makes requests of what is pending while fewer than
@@ -218,43 +258,49 @@ func (s *sink) maybeSendLocked() {
 	}
 }
 
-// takeLocked moves queued batches into a new request: in arrival order, one
-// per partition, none of a partition whose window is full or which has an
-// earlier batch left queued, up to maxRequestBytes.
+// takeLocked moves queued items into a new request: in arrival order, one
+// per partition, all batches or all markers (the kind of the first item
+// that may go), none of a partition whose window is full, whose marker
+// waits for earlier answers, or which has an earlier item left queued, up
+// to maxRequestBytes. Items of a partition that failed are answered
+// ErrNotSent.
 func (s *sink) takeLocked() *request {
 	var (
 		r     *request
 		bytes int
 		kept  = s.queue[:0]
-		held  map[topicPart]bool // partitions in r, or with a batch kept queued
+		held  = map[topicPart]bool{} // partitions in r, or with an item kept queued
 	)
 	for _, p := range s.queue {
-		if held[p.tp] || s.busy[p.tp] >= s.w.maxPerPartition || (r != nil && bytes+len(p.batch) > maxRequestBytes) {
-			if held == nil {
-				held = map[topicPart]bool{}
-			}
+		if s.failed[p.tp] {
+			p.answer(produced{-1, &ProduceError{Topic: p.tp.topic, Partition: p.tp.partition, Markers: p.markers > 0, Err: ErrNotSent}})
+			s.unqueueLocked(p.tp)
+			continue
+		}
+		marker := p.markers > 0
+		ready := s.busy[p.tp] < s.w.maxPerPartition
+		if marker {
+			ready = s.busy[p.tp] == 0
+		}
+		if held[p.tp] || !ready || (r != nil && (r.markers != marker || bytes+len(p.batch) > maxRequestBytes)) {
 			held[p.tp] = true
 			kept = append(kept, p)
 			continue
 		}
 		if r == nil {
-			r = &request{}
-		}
-		if held == nil {
-			held = map[topicPart]bool{}
+			r = &request{markers: marker}
 		}
 		held[p.tp] = true
 		s.busy[p.tp]++
+		if s.queued[p.tp]--; s.queued[p.tp] <= 0 {
+			delete(s.queued, p.tp)
+		}
 		bytes += len(p.batch)
-		p.req = r
-		r.batches = append(r.batches, p)
+		p.sent = true
+		r.items = append(r.items, p)
 	}
 	clear(s.queue[len(kept):])
 	s.queue = kept
-	if r != nil {
-		r.waiting = len(r.batches)
-		r.ctx, r.cancel = context.WithCancel(context.Background())
-	}
 	return r
 }
 
@@ -276,13 +322,36 @@ func (s *sink) issueLoop() {
 }
 
 // send issues one request (returning once it is on the wire) and answers
-// each of its batches when the response comes.
+// each of its items when the response comes.
 func (s *sink) send(r *request) {
+	var req kmsg.Request
+	if r.markers {
+		req = markersRequest(r.items)
+	} else {
+		req = s.w.produceRequest(nil, r.items)
+	}
+	// The gate is asked here, when the request leaves, not when its
+	// items were queued.
+	var answer <-chan issued
+	if err := s.w.allowed(); err != nil {
+		ch := make(chan issued, 1)
+		ch <- issued{err: err}
+		answer = ch
+	} else {
+		answer = s.w.issue(s.lane, req)
+	}
+	go s.finish(r, answer)
+}
+
+// produceRequest is an acks=all ProduceRequest of the items' batches, of
+// the transactional id txnID when not nil.
+func (w *Writer) produceRequest(txnID *string, items []*pending) *kmsg.ProduceRequest {
 	req := kmsg.NewPtrProduceRequest()
 	req.Acks = -1
-	req.TimeoutMillis = int32(s.w.timeout / time.Millisecond)
+	req.TransactionID = txnID
+	req.TimeoutMillis = int32(w.timeout / time.Millisecond)
 	topics := map[string]int{} // index in req.Topics
-	for _, p := range r.batches {
+	for _, p := range items {
 		i, ok := topics[p.tp.topic]
 		if !ok {
 			i = len(req.Topics)
@@ -296,32 +365,80 @@ func (s *sink) send(r *request) {
 		rp.Records = p.batch
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
 	}
-	// The gate is asked here, when the request leaves, not when its
-	// batches were queued.
-	var answer <-chan issued
-	if err := s.w.allowed(); err != nil {
-		ch := make(chan issued, 1)
-		ch <- issued{err: err}
-		answer = ch
-	} else {
-		answer = s.w.issue(r.ctx, s.node, req)
-	}
-	go s.finish(r, topics, answer)
+	return req
 }
 
-// finish answers each batch of r once its response (or error) came.
-func (s *sink) finish(r *request, topics map[string]int, answer <-chan issued) {
-	defer r.cancel()
+// markersRequest writes each item's markers: the request's k-th marker
+// entry names every partition with more than k markers.
+func markersRequest(items []*pending) *kmsg.WriteTxnMarkersRequest {
+	req := kmsg.NewPtrWriteTxnMarkersRequest()
+	for k := 0; ; k++ {
+		m := kmsg.NewWriteTxnMarkersRequestMarker()
+		for _, p := range items {
+			if p.markers <= k {
+				continue
+			}
+			if len(m.Topics) == 0 {
+				// One producer per entry: items of different producers
+				// would need entries of their own; the mirror uses one.
+				m.ProducerID, m.ProducerEpoch = p.producer.ID, p.producer.Epoch
+			}
+			i := len(m.Topics) - 1
+			if i < 0 || m.Topics[i].Topic != p.tp.topic {
+				mt := kmsg.NewWriteTxnMarkersRequestMarkerTopic()
+				mt.Topic = p.tp.topic
+				m.Topics = append(m.Topics, mt)
+				i++
+			}
+			m.Topics[i].Partitions = append(m.Topics[i].Partitions, p.tp.partition)
+		}
+		if len(m.Topics) == 0 {
+			return req
+		}
+		req.Markers = append(req.Markers, m)
+	}
+}
+
+// finish answers each item of r once its response (or error) came.
+func (s *sink) finish(r *request, answer <-chan issued) {
 	a := <-answer
-	results := make([]produced, len(r.batches))
-	if a.err != nil {
-		for t := range topics {
-			s.w.meta.Invalidate(t)
+	results := make([]produced, len(r.items))
+	switch {
+	case a.err != nil:
+		for _, p := range r.items {
+			s.w.meta.Invalidate(p.tp.topic)
 		}
-		for i, p := range r.batches {
-			results[i] = produced{-1, &ProduceError{Topic: p.tp.topic, Partition: p.tp.partition, Err: a.err}}
+		for i, p := range r.items {
+			results[i] = produced{-1, &ProduceError{Topic: p.tp.topic, Partition: p.tp.partition, Markers: r.markers, Err: a.err}}
 		}
-	} else {
+	case r.markers:
+		errs := map[topicPart]error{}
+		for _, m := range a.resp.(*kmsg.WriteTxnMarkersResponse).Markers {
+			for _, t := range m.Topics {
+				for _, rp := range t.Partitions {
+					tp := topicPart{t.Topic, rp.Partition}
+					if err := kerr.ErrorForCode(rp.ErrorCode); err != nil && errs[tp] == nil {
+						errs[tp] = err
+					} else if _, ok := errs[tp]; !ok {
+						errs[tp] = nil
+					}
+				}
+			}
+		}
+		for i, p := range r.items {
+			err, ok := errs[p.tp]
+			if !ok {
+				err = errors.New("malformed response: no answer for the partition")
+			}
+			results[i] = produced{-1, nil}
+			if err != nil {
+				if leaders.IsLeadershipError(err) {
+					s.w.meta.Invalidate(p.tp.topic)
+				}
+				results[i].err = &ProduceError{Topic: p.tp.topic, Partition: p.tp.partition, Markers: true, Err: err}
+			}
+		}
+	default:
 		answers := map[topicPart]*kmsg.ProduceResponseTopicPartition{}
 		resp := a.resp.(*kmsg.ProduceResponse)
 		for i := range resp.Topics {
@@ -330,20 +447,23 @@ func (s *sink) finish(r *request, topics map[string]int, answer <-chan issued) {
 				answers[topicPart{t.Topic, t.Partitions[j].Partition}] = &t.Partitions[j]
 			}
 		}
-		for i, p := range r.batches {
+		for i, p := range r.items {
 			results[i] = s.w.answer(p.tp, answers[p.tp])
 		}
 	}
 
 	s.mu.Lock()
 	s.inflight--
-	for i, p := range r.batches {
+	for i, p := range r.items {
 		if s.busy[p.tp]--; s.busy[p.tp] <= 0 {
 			delete(s.busy, p.tp)
 		}
-		p.done <- results[i]
-		close(p.answered)
-		if results[i].err == nil && !p.gone && s.busy[p.tp] == 0 && !s.queuedLocked(p.tp) {
+		if results[i].err != nil {
+			s.failed[p.tp] = true
+		}
+		p.answer(results[i])
+		s.settleLocked(p.tp)
+		if results[i].err == nil && !p.gone && s.busy[p.tp] == 0 && s.queued[p.tp] == 0 {
 			s.returning[p.tp] = true
 		}
 	}
@@ -352,17 +472,6 @@ func (s *sink) finish(r *request, topics map[string]int, answer <-chan issued) {
 	}
 	s.maybeSendLocked()
 	s.mu.Unlock()
-}
-
-// queuedLocked says whether a batch of tp waits in the queue: its caller
-// already came back.
-func (s *sink) queuedLocked(tp topicPart) bool {
-	for _, p := range s.queue {
-		if p.tp == tp {
-			return true
-		}
-	}
-	return false
 }
 
 // graceOver sends what is pending once the callers of the last answered

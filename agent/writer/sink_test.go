@@ -107,7 +107,9 @@ func start(t *testing.T, opts ...devcluster.Option) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	return &fixture{c: c, cl: cl, w: New(cl, leaders.New(cl)), adm: kadm.NewClient(cl)}
+	w := New(cl, leaders.New(cl))
+	w.lanes = 1 // one sink per broker: the cases below are about coalescing
+	return &fixture{c: c, cl: cl, w: w, adm: kadm.NewClient(cl)}
 }
 
 // oneAtATime keeps one request in flight and one batch per partition, so
@@ -147,7 +149,7 @@ func (f *fixture) queued(t *testing.T, topic string, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := f.w.sink(l.Leader)
+	s := f.w.sink(l.Leader, topicPart{topic, 0})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		s.mu.Lock()
@@ -514,7 +516,7 @@ func TestProducePipelinesOnePartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := f.w.sink(l.Leader)
+	s := f.w.sink(l.Leader, topicPart{"t", 0})
 	s.mu.Lock()
 	busy, inflight := s.busy[topicPart{"t", 0}], s.inflight
 	s.mu.Unlock()
@@ -603,5 +605,205 @@ func TestProducePipelinedInOrder(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// markersRequests records the partitions of each WriteTxnMarkers request
+// the cluster gets and how many markers each partition had in it.
+func markersRequests(c *devcluster.Cluster) func() []map[topicPart]int {
+	var mu sync.Mutex
+	var reqs []map[topicPart]int
+	kc := c.Kfake()
+	kc.ControlKey(int16(kmsg.WriteTxnMarkers), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		n := map[topicPart]int{}
+		for _, m := range kr.(*kmsg.WriteTxnMarkersRequest).Markers {
+			for _, mt := range m.Topics {
+				for _, p := range mt.Partitions {
+					n[topicPart{mt.Topic, p}]++
+				}
+			}
+		}
+		mu.Lock()
+		reqs = append(reqs, n)
+		mu.Unlock()
+		return nil, nil, false
+	})
+	return func() []map[topicPart]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]map[topicPart]int(nil), reqs...)
+	}
+}
+
+// TestMarkersBehindAnsweredBatches: a partition's markers leave once every
+// earlier batch of it is answered, coalesced with other partitions'
+// markers in one WriteTxnMarkers request, and the batches after them land
+// after them; after a failed batch, the partition's queued markers and
+// batches are answered ErrNotSent, unsent, and once it has nothing left
+// queued or in flight it writes again.
+func TestMarkersBehindAnsweredBatches(t *testing.T) {
+	f := start(t)
+	f.w.maxInflight = 4
+	o := observe(t, f.c, 1)
+	markers := markersRequests(f.c)
+	f.topic(t, "m", 3)
+	ctx := context.Background()
+	pid := Producer{ID: 1 << 62}
+	async := func(x *Pending, err error) <-chan result {
+		ch := make(chan result, 1)
+		if err != nil {
+			ch <- result{-1, err}
+			return ch
+		}
+		go func() {
+			off, err := x.Wait(ctx)
+			ch <- result{off, err}
+		}()
+		return ch
+	}
+	ipid, epoch, err := f.w.InitProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idem := func(seq int32, n int) []byte { return batch(t, ipid, epoch, seq, 0, n) }
+
+	// m/0: a batch held by the broker, then 2 markers and a batch queued
+	// behind it; m/1: 3 markers with nothing before them.
+	first := f.async(ctx, "m", 0, idem(0, 1))
+	<-o.held
+	mk0 := async(f.w.MarkersAsync(ctx, pid, "m", 0, 2))
+	after := async(f.w.ProduceAsync(ctx, "m", 0, idem(1, 1)))
+	mk1 := async(f.w.MarkersAsync(ctx, pid, "m", 1, 3))
+	o.releaseReq(0)
+	if r := wait(t, first); r.err != nil || r.off != 0 {
+		t.Fatalf("first batch of m/0: offset %d, %v", r.off, r.err)
+	}
+	if r := wait(t, mk1); r.err != nil {
+		t.Fatalf("markers of m/1: %v", r.err)
+	}
+	if r := wait(t, mk0); r.err != nil {
+		t.Fatalf("markers of m/0: %v", r.err)
+	}
+	// m/1's went while m/0's batch was unanswered, so not with m/0's
+	// (queued before them), which waited for that answer.
+	if got := markers(); len(got) != 2 || len(got[0]) != 1 || got[0][topicPart{"m", 1}] != 3 || len(got[1]) != 1 || got[1][topicPart{"m", 0}] != 2 {
+		t.Fatalf("WriteTxnMarkers requests %v, want one with 3 markers of m/1, then one with 2 of m/0", got)
+	}
+	if got := f.end(t, "m", 1); got != 3 {
+		t.Errorf("m/1 ends at %d, want 3", got)
+	}
+	if r := wait(t, after); r.err != nil || r.off != 3 {
+		t.Fatalf("batch after the markers of m/0: offset %d, %v; want 3, behind them", r.off, r.err)
+	}
+
+	// m/2: a refused batch; the markers and the batch queued behind it
+	// are not sent; then the partition writes again.
+	fault := f.c.Kfake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "m", Partitions: []int32{2}, Err: kerr.NotLeaderForPartition})
+	defer fault.Remove()
+	refused := async(f.w.ProduceAsync(ctx, "m", 2, idem(0, 1)))
+	notSent := []<-chan result{
+		async(f.w.MarkersAsync(ctx, pid, "m", 2, 1)),
+		async(f.w.ProduceAsync(ctx, "m", 2, idem(1, 1))),
+	}
+	if r := wait(t, refused); !errors.Is(r.err, kerr.NotLeaderForPartition) {
+		t.Fatalf("refused batch: offset %d, %v", r.off, r.err)
+	}
+	for i, ch := range notSent {
+		if r := wait(t, ch); !errors.Is(r.err, ErrNotSent) {
+			t.Errorf("item %d behind the refused batch: offset %d, %v; want ErrNotSent", i, r.off, r.err)
+		}
+	}
+	if got := f.end(t, "m", 2); got != 0 {
+		t.Fatalf("m/2 ends at %d: something behind the refused batch was written", got)
+	}
+	fault.Remove()
+	if err := f.w.WriteMarkers(ctx, pid, "m", 2, 1); err != nil {
+		t.Fatalf("markers of m/2 once its failure settled: %v", err)
+	}
+	if got := f.end(t, "m", 2); got != 1 {
+		t.Errorf("m/2 ends at %d, want 1", got)
+	}
+}
+
+// TestLanesDoNotWaitForEachOther: partitions on different lanes of a broker
+// write over connections of their own, so a request the broker holds on
+// one does not hold up the other (a broker handles one request of a
+// connection at a time); a partition's batches keep their lane.
+func TestLanesDoNotWaitForEachOther(t *testing.T) {
+	f := start(t)
+	f.w.lanes = 2
+	o := observe(t, f.c, 1)
+	f.topic(t, "l", 8)
+	ctx := context.Background()
+	l, err := f.w.meta.Leader(ctx, "l", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := int32(-1)
+	for p := int32(1); p < 8 && other < 0; p++ {
+		if f.w.laneOf(l.Leader, "l", p) != f.w.laneOf(l.Leader, "l", 0) {
+			other = p
+		}
+	}
+	if other < 0 {
+		t.Fatal("every partition of l takes the same lane")
+	}
+	held := f.async(ctx, "l", 0, plain(t, 1))
+	<-o.held
+	if r := wait(t, f.async(ctx, "l", other, plain(t, 2))); r.err != nil || r.off != 0 {
+		t.Fatalf("l/%d while l/0's request is held: offset %d, %v", other, r.off, r.err)
+	}
+	select {
+	case r := <-held:
+		t.Fatalf("l/0 answered while held: %d, %v", r.off, r.err)
+	default:
+	}
+	o.releaseReq(0)
+	if r := wait(t, held); r.err != nil || r.off != 0 {
+		t.Fatalf("l/0: offset %d, %v", r.off, r.err)
+	}
+}
+
+// TestOrderedConnReopens: a broken ordered connection answers what it had
+// in flight with its error, and the lane's next request opens a new one.
+func TestOrderedConnReopens(t *testing.T) {
+	f := start(t)
+	f.topic(t, "r", 1)
+	ctx := context.Background()
+	if off, err := f.w.Produce(ctx, "r", 0, plain(t, 1)); err != nil || off != 0 {
+		t.Fatalf("first produce: offset %d, %v", off, err)
+	}
+	l, err := f.w.meta.Leader(ctx, "r", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lane := f.w.laneOf(l.Leader, "r", 0)
+	old, err := f.w.current(lane)
+	if err != nil || old == nil {
+		t.Fatalf("no connection after a produce: %v", err)
+	}
+	o := observe(t, f.c, 1)
+	inFlight := f.async(ctx, "r", 0, plain(t, 1))
+	<-o.held
+	old.fail(errors.New("cut"))
+	if r := wait(t, inFlight); r.err == nil {
+		t.Errorf("the batch in flight on the broken connection: offset %d, no error", r.off)
+	}
+	if old.usable() {
+		t.Error("the broken connection is still usable")
+	}
+	// The broker read the held request before the break: it lands.
+	o.releaseReq(0)
+	for deadline := time.Now().Add(10 * time.Second); f.end(t, "r", 0) < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the request read before the break did not land")
+		}
+	}
+	if off, err := f.w.Produce(ctx, "r", 0, plain(t, 1)); err != nil || off != 2 {
+		t.Fatalf("produce after the break: offset %d, %v; want 2, after it", off, err)
+	}
+	if c, _ := f.w.current(lane); c == old || c == nil {
+		t.Error("the lane kept the broken connection")
 	}
 }

@@ -10,8 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/kmirror/kmirror/agent/leaders"
 )
 
 // Producer is a destination producer id and epoch.
@@ -202,50 +200,15 @@ func (w *Writer) ProduceTxn(ctx context.Context, txnID, topic string, partition 
 	return w.produceAlone(ctx, &txnID, topic, partition, batch)
 }
 
-// WriteMarkers appends n ABORT markers for producer p directly to the
-// partition's leader (WriteTxnMarkers, the admin abort path of KIP-664),
-// without a transaction coordinator: one request, n offsets. It needs
-// ALTER or CLUSTER_ACTION on the destination cluster.
+// WriteMarkers appends n ABORT markers for producer p to a partition and
+// waits for the answer (MarkersAsync, then Wait).
 func (w *Writer) WriteMarkers(ctx context.Context, p Producer, topic string, partition int32, n int) error {
-	l, err := w.meta.Leader(ctx, topic, partition)
+	x, err := w.MarkersAsync(ctx, p, topic, partition, n)
 	if err != nil {
-		return fmt.Errorf("writing markers to %s/%d: %w", topic, partition, err)
+		return err
 	}
-	if err := w.allowed(); err != nil {
-		return fmt.Errorf("writing markers to %s/%d: %w", topic, partition, err)
-	}
-	req := kmsg.NewPtrWriteTxnMarkersRequest()
-	for range n {
-		m := kmsg.NewWriteTxnMarkersRequestMarker()
-		m.ProducerID = p.ID
-		m.ProducerEpoch = p.Epoch
-		m.Committed = false
-		m.CoordinatorEpoch = 0
-		mt := kmsg.NewWriteTxnMarkersRequestMarkerTopic()
-		mt.Topic = topic
-		mt.Partitions = []int32{partition}
-		m.Topics = append(m.Topics, mt)
-		req.Markers = append(req.Markers, m)
-	}
-	kresp, err := w.cl.Broker(int(l.Leader)).Request(ctx, req)
-	if err != nil {
-		w.meta.Invalidate(topic)
-		return fmt.Errorf("writing markers to %s/%d: %w", topic, partition, err)
-	}
-	resp := kresp.(*kmsg.WriteTxnMarkersResponse)
-	for _, m := range resp.Markers {
-		for _, t := range m.Topics {
-			for _, rp := range t.Partitions {
-				if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
-					if leaders.IsLeadershipError(err) {
-						w.meta.Invalidate(topic)
-					}
-					return fmt.Errorf("writing markers to %s/%d: %w", topic, partition, err)
-				}
-			}
-		}
-	}
-	return nil
+	_, err = x.Wait(ctx)
+	return err
 }
 
 // MarkersAuthorized says whether the client's principal may send

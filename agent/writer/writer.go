@@ -6,6 +6,7 @@ package writer
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -22,18 +23,34 @@ import (
 // ClientOpts returns base plus the options a destination client needs: the
 // transactional protocol pinned to TV1 (Produce ≤ v11, AddPartitionsToTxn ≤
 // v3, EndTxn ≤ v4) so that a negotiated newer version never switches the
-// broker to implicit-add semantics under the agent, and acks=all.
+// broker to implicit-add semantics under the agent, acks=all, and a hook
+// that closes the connections of the client's writer with it.
 func ClientOpts(base []kgo.Opt) []kgo.Opt {
 	v := kversion.Stable()
-	v.SetMaxKeyVersion(0, 11) // Produce
-	v.SetMaxKeyVersion(24, 3) // AddPartitionsToTxn
-	v.SetMaxKeyVersion(26, 4) // EndTxn
-	v.SetMaxKeyVersion(28, 3) // TxnOffsetCommit (pre-TV2)
+	v.SetMaxKeyVersion(0, produceMaxVersion) // Produce
+	v.SetMaxKeyVersion(24, 3)                // AddPartitionsToTxn
+	v.SetMaxKeyVersion(26, 4)                // EndTxn
+	v.SetMaxKeyVersion(28, 3)                // TxnOffsetCommit (pre-TV2)
 	return append(base[:len(base):len(base)],
 		kgo.MaxVersions(v),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.WithHooks(&wireOrder{written: map[int32]chan struct{}{}, locks: map[int32]*sync.Mutex{}}),
+		kgo.WithHooks(&closeHook{}),
 	)
+}
+
+// closeHook closes a writer's connections when its client closes.
+type closeHook struct {
+	mu sync.Mutex
+	ws []*Writer
+}
+
+func (h *closeHook) OnClientClosed(*kgo.Client) {
+	h.mu.Lock()
+	ws := h.ws
+	h.mu.Unlock()
+	for _, w := range ws {
+		w.Close()
+	}
 }
 
 // Writer writes to one destination cluster.
@@ -43,12 +60,15 @@ type Writer struct {
 	timeout         time.Duration
 	maxInflight     int // produce requests in flight per broker sink
 	maxPerPartition int // batches of one partition in requests not yet answered
-	// order issues produce requests in order (nil when the client was
-	// not made with ClientOpts: each then waits for the last's answer).
-	order *wireOrder
 
-	mu    sync.Mutex
-	sinks map[int32]*sink // by destination broker
+	lanes int // ordered connections per broker (conn.go)
+	seed  maphash.Seed
+
+	dialMu sync.Mutex // held while an ordered connection opens
+	mu     sync.Mutex
+	sinks  map[lane]*sink
+	conns  map[lane]*orderedConn
+	closed bool
 
 	// gate, when set, is asked right before every request that writes
 	// (SetGate).
@@ -74,12 +94,14 @@ func (w *Writer) allowed() error {
 // New returns a writer using cl, which must have been made with ClientOpts.
 func New(cl *kgo.Client, meta *leaders.Cache) *Writer {
 	w := &Writer{cl: cl, meta: meta, timeout: 30 * time.Second, maxInflight: defaultMaxInflight,
-		maxPerPartition: defaultMaxPerPartition, sinks: map[int32]*sink{}}
+		maxPerPartition: defaultMaxPerPartition, lanes: defaultLanes, seed: maphash.MakeSeed(), sinks: map[lane]*sink{}, conns: map[lane]*orderedConn{}}
 	for _, v := range cl.OptValues(kgo.WithHooks) {
 		hs, _ := v.([]kgo.Hook)
 		for _, h := range hs {
-			if o, ok := h.(*wireOrder); ok {
-				w.order = o
+			if c, ok := h.(*closeHook); ok {
+				c.mu.Lock()
+				c.ws = append(c.ws, w)
+				c.mu.Unlock()
 			}
 		}
 	}
@@ -92,74 +114,24 @@ type issued struct {
 	err  error
 }
 
-// wireOrder puts a client's produce requests to a broker on the wire in
-// the order they are issued. kgo writes a broker's requests in the order
-// they are pushed, but Broker.Request pushes in its caller's goroutine and
-// blocks until the answer, so requests issued from several goroutines may
-// overtake each other. wireOrder lets one request at a time per broker be
-// between its push and its write, which kgo reports through this hook
-// (HookBrokerWrite): a partition's pipelined batches then reach the broker
-// in sequence order.
-type wireOrder struct {
-	mu      sync.Mutex
-	written map[int32]chan struct{} // by node: the request being written
-	locks   map[int32]*sync.Mutex   // by node: held from push to write
-}
-
-func (o *wireOrder) OnBrokerWrite(meta kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, _ error) {
-	if key != int16(kmsg.Produce) {
-		return
-	}
-	o.mu.Lock()
-	ch := o.written[meta.NodeID]
-	delete(o.written, meta.NodeID)
-	o.mu.Unlock()
-	if ch != nil {
-		close(ch)
-	}
-}
-
-// issue sends req to node and returns once it is on the wire (or
-// answered); the answer comes on the channel.
-func (w *Writer) issue(ctx context.Context, node int32, req *kmsg.ProduceRequest) <-chan issued {
+// issue writes req to lane l's ordered connection (conn.go) and returns once
+// it is on the wire, or failed; the answer comes on the channel. Requests
+// issued one after another reach the broker in that order.
+func (w *Writer) issue(l lane, req kmsg.Request) <-chan issued {
 	out := make(chan issued, 1)
-	returned := make(chan struct{})
-	send := func() {
-		go func() {
-			resp, err := w.cl.Broker(int(node)).Request(ctx, req)
-			out <- issued{resp, err}
-			close(returned)
-		}()
+	c, err := w.ordered(l)
+	var k *call
+	if err == nil {
+		k, err = c.send(req)
 	}
-	o := w.order
-	if o == nil {
-		send()
-		<-returned
+	if err != nil {
+		out <- issued{err: err}
 		return out
 	}
-	o.mu.Lock()
-	lock := o.locks[node]
-	if lock == nil {
-		lock = &sync.Mutex{}
-		o.locks[node] = lock
-	}
-	o.mu.Unlock()
-	lock.Lock()
-	defer lock.Unlock()
-	written := make(chan struct{})
-	o.mu.Lock()
-	o.written[node] = written
-	o.mu.Unlock()
-	send()
-	select {
-	case <-written:
-	case <-returned:
-		o.mu.Lock()
-		if o.written[node] == written {
-			delete(o.written, node)
-		}
-		o.mu.Unlock()
-	}
+	go func() {
+		<-k.done
+		out <- issued{k.resp, k.err}
+	}()
 	return out
 }
 
@@ -192,15 +164,20 @@ func (w *Writer) InitProducerID(ctx context.Context) (int64, int16, error) {
 type ProduceError struct {
 	Topic     string
 	Partition int32
+	Markers   bool // the write was of markers (MarkersAsync), not a batch
 	Err       error
 	Message   string // the broker's error message, if any
 }
 
 func (e *ProduceError) Error() string {
-	if e.Message != "" {
-		return fmt.Sprintf("producing to %s/%d: %v: %s", e.Topic, e.Partition, e.Err, e.Message)
+	doing := "producing to"
+	if e.Markers {
+		doing = "writing markers to"
 	}
-	return fmt.Sprintf("producing to %s/%d: %v", e.Topic, e.Partition, e.Err)
+	if e.Message != "" {
+		return fmt.Sprintf("%s %s/%d: %v: %s", doing, e.Topic, e.Partition, e.Err, e.Message)
+	}
+	return fmt.Sprintf("%s %s/%d: %v", doing, e.Topic, e.Partition, e.Err)
 }
 
 func (e *ProduceError) Unwrap() error { return e.Err }
@@ -228,7 +205,25 @@ func (w *Writer) ProduceAsync(ctx context.Context, topic string, partition int32
 	if err != nil {
 		return nil, &ProduceError{Topic: topic, Partition: partition, Err: err}
 	}
-	return w.sink(l.Leader).enqueue(topic, partition, batch), nil
+	tp := topicPart{topic, partition}
+	return w.sink(l.Leader, tp).enqueue(&pending{tp: tp, batch: batch}), nil
+}
+
+// MarkersAsync queues n ABORT markers of producer p for a partition
+// (WriteTxnMarkers, the admin abort path of KIP-664: no transaction
+// coordinator, one offset each) behind the items queued for it before, and
+// returns at once. They go out once every earlier item of the partition is
+// answered without error; the batches queued after them follow them to the
+// broker without waiting (sink.go). Wait returns -1: the offsets the
+// markers took show in where the next batch lands. It needs ALTER or
+// CLUSTER_ACTION on the destination cluster.
+func (w *Writer) MarkersAsync(ctx context.Context, p Producer, topic string, partition int32, n int) (*Pending, error) {
+	l, err := w.meta.Leader(ctx, topic, partition)
+	if err != nil {
+		return nil, &ProduceError{Topic: topic, Partition: partition, Markers: true, Err: err}
+	}
+	tp := topicPart{topic, partition}
+	return w.sink(l.Leader, tp).enqueue(&pending{tp: tp, markers: n, producer: p}), nil
 }
 
 // produceAlone sends one batch in a request of its own: a transactional
@@ -241,18 +236,13 @@ func (w *Writer) produceAlone(ctx context.Context, txnID *string, topic string, 
 	if err := w.allowed(); err != nil {
 		return -1, &ProduceError{Topic: topic, Partition: partition, Err: err}
 	}
-	req := kmsg.NewPtrProduceRequest()
-	req.Acks = -1
-	req.TransactionID = txnID
-	req.TimeoutMillis = int32(w.timeout / time.Millisecond)
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic = topic
-	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Partition = partition
-	rp.Records = batch
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	a := <-w.issue(ctx, l.Leader, req)
+	req := w.produceRequest(txnID, []*pending{{tp: topicPart{topic, partition}, batch: batch}})
+	var a issued
+	select {
+	case a = <-w.issue(w.laneOf(l.Leader, topic, partition), req):
+	case <-ctx.Done():
+		return -1, &ProduceError{Topic: topic, Partition: partition, Err: ctx.Err()}
+	}
 	if a.err != nil {
 		w.meta.Invalidate(topic)
 		return -1, &ProduceError{Topic: topic, Partition: partition, Err: a.err}

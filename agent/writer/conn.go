@@ -1,0 +1,434 @@
+package writer
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kbin"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl"
+)
+
+// The writer's produce and marker requests to a broker go over a connection
+// of its own (orderedConn), not through the client. Kafka reads a
+// connection's next request only once it has answered the one before, so
+// requests written to one connection are applied in the order written; kgo
+// gives produce requests one connection and WriteTxnMarkers another, which
+// orders nothing between a partition's batches and the filler markers
+// between them. On one connection the batches that follow a marker go out
+// right behind it and are appended after it, without waiting for its
+// answer (what a marker itself waits for is in sink.takeLocked).
+//
+// The connection is the one kgo would open: the client's dialer (with its
+// TLS), its client id and software name, its first SASL mechanism
+// (SaslHandshake v1, then SaslAuthenticate, as kgo does). A session the
+// broker gives a lifetime is retired before that ends.
+
+// lane is one of the writer's ordered connections to a broker, with its
+// sink. A partition always takes the same lane of its leader (laneOf), so
+// its writes stay in order; partitions on different lanes do not wait for
+// each other's requests, which a broker handles one at a time per
+// connection.
+type lane struct {
+	node int32
+	n    int
+}
+
+// defaultLanes is the number of ordered connections per broker: a produce
+// request with acks=all holds its connection for the broker's whole
+// handling, so one connection is the limit of a broker's partitions that
+// write markers between small batches (transactional and compacted
+// sources), and 4 spread them as a broker's default 3 network and 8 I/O
+// threads allow.
+const defaultLanes = 4
+
+// laneOf is the lane of a partition led by node.
+func (w *Writer) laneOf(node int32, topic string, partition int32) lane {
+	return lane{node, int((maphash.String(w.seed, topic) + uint64(partition)) % uint64(w.lanes))}
+}
+
+// orderedConn is one connection to a broker carrying requests in order.
+type orderedConn struct {
+	addr     string
+	nc       net.Conn
+	format   *kmsg.RequestFormatter
+	versions map[int16]int16 // the broker's highest version of each request
+	expiry   time.Time       // when to stop writing to it (SASL lifetime); zero: never
+	timeout  time.Duration   // how long the broker may take to answer
+
+	wmu  sync.Mutex // held while a request is written: one at a time, in call order
+	corr int32      // guarded by wmu
+	buf  []byte     // the request being written, guarded by wmu
+
+	mu      sync.Mutex
+	waiting []*call // written and not answered, in write order
+	err     error   // why the connection broke; set once
+}
+
+// call is one request written to an orderedConn.
+type call struct {
+	req  kmsg.Request
+	corr int32
+	resp kmsg.Response
+	err  error
+	done chan struct{} // closed once resp or err is set
+}
+
+// maxKeptBuffer is the largest request buffer a connection keeps for its
+// next request; a larger one (a request of big batches) is let go.
+const maxKeptBuffer = 4 << 20
+
+// maxResponse bounds a response's size, as kgo's BrokerMaxReadBytes does.
+const maxResponse = 100 << 20
+
+// produceMaxVersion is the newest Produce version the writer sends (see
+// ClientOpts: v12 and up switch the broker to implicit transaction adds).
+const produceMaxVersion = 11
+
+// dialOrdered opens a connection to addr as cl would, and authenticates it.
+func dialOrdered(ctx context.Context, cl *kgo.Client, addr string, timeout time.Duration) (*orderedConn, error) {
+	// The client's dialer: the one it was given, or its own, which does
+	// TLS when the client was given a TLS configuration.
+	dial, _ := cl.OptValue(kgo.Dialer).(func(context.Context, string, string) (net.Conn, error))
+	if dial == nil {
+		return nil, errors.New("the destination client has no dialer")
+	}
+	nc, err := dial(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to broker %s: %w", addr, err)
+	}
+	id, _ := cl.OptValue(kgo.ClientID).(string)
+	c := &orderedConn{addr: addr, nc: nc, format: kmsg.NewRequestFormatter(kmsg.FormatterClientID(id)), timeout: timeout}
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = nc.SetDeadline(deadline)
+	}
+	if err := c.handshake(ctx, cl); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	_ = nc.SetDeadline(time.Time{})
+	go c.read()
+	return c, nil
+}
+
+// handshake asks the broker's versions and authenticates, one request at a
+// time, before the reader starts.
+func (c *orderedConn) handshake(ctx context.Context, cl *kgo.Client) error {
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.Version = 3
+	if nv := cl.OptValues(kgo.SoftwareNameAndVersion); len(nv) == 2 {
+		av.ClientSoftwareName, _ = nv[0].(string)
+		av.ClientSoftwareVersion, _ = nv[1].(string)
+	}
+	resp, err := c.roundTrip(av)
+	if err != nil {
+		return fmt.Errorf("asking broker %s its versions: %w", c.addr, err)
+	}
+	avr := resp.(*kmsg.ApiVersionsResponse)
+	if err := kerr.ErrorForCode(avr.ErrorCode); err != nil {
+		return fmt.Errorf("asking broker %s its versions: %w", c.addr, err)
+	}
+	c.versions = make(map[int16]int16, len(avr.ApiKeys))
+	for _, k := range avr.ApiKeys {
+		c.versions[k.ApiKey] = k.MaxVersion
+	}
+	ms, _ := cl.OptValue(kgo.SASL).([]sasl.Mechanism)
+	if len(ms) == 0 {
+		return nil
+	}
+	return c.authenticate(ctx, ms[0])
+}
+
+// authenticate runs mechanism m over SaslHandshake and SaslAuthenticate.
+func (c *orderedConn) authenticate(ctx context.Context, m sasl.Mechanism) error {
+	hs := kmsg.NewPtrSASLHandshakeRequest()
+	hs.Mechanism = m.Name()
+	if err := c.setVersion(hs); err != nil {
+		return err
+	}
+	if hs.Version < 1 {
+		return fmt.Errorf("broker %s offers SaslHandshake v0 only, which frames authentication outside Kafka requests: not supported", c.addr)
+	}
+	resp, err := c.roundTrip(hs)
+	if err != nil {
+		return fmt.Errorf("SASL handshake with broker %s: %w", c.addr, err)
+	}
+	if err := kerr.ErrorForCode(resp.(*kmsg.SASLHandshakeResponse).ErrorCode); err != nil {
+		return fmt.Errorf("SASL handshake (%s) with broker %s: %w", m.Name(), c.addr, err)
+	}
+	session, out, err := m.Authenticate(ctx, c.addr)
+	if err != nil {
+		return fmt.Errorf("SASL %s with broker %s: %w", m.Name(), c.addr, err)
+	}
+	start := time.Now()
+	var lifetime int64
+	for done := false; !done || len(out) > 0; {
+		ar := kmsg.NewPtrSASLAuthenticateRequest()
+		ar.SASLAuthBytes = out
+		if err := c.setVersion(ar); err != nil {
+			return err
+		}
+		resp, err := c.roundTrip(ar)
+		if err != nil {
+			return fmt.Errorf("SASL %s with broker %s: %w", m.Name(), c.addr, err)
+		}
+		r := resp.(*kmsg.SASLAuthenticateResponse)
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+			msg := ""
+			if r.ErrorMessage != nil {
+				msg = ": " + *r.ErrorMessage
+			}
+			return fmt.Errorf("SASL %s with broker %s: %w%s", m.Name(), c.addr, err, msg)
+		}
+		lifetime = r.SessionLifetimeMillis
+		out = nil
+		if !done {
+			if done, out, err = session.Challenge(r.SASLAuthBytes); err != nil {
+				return fmt.Errorf("SASL %s with broker %s: %w", m.Name(), c.addr, err)
+			}
+		}
+	}
+	if lifetime > 0 {
+		// Retired a tenth early (a second at least): writes stop, what is
+		// in flight is answered, and the next request opens a new one.
+		life := time.Duration(lifetime) * time.Millisecond
+		c.expiry = start.Add(life - max(life/10, time.Second))
+	}
+	return nil
+}
+
+// setVersion gives req the newest version both sides know.
+func (c *orderedConn) setVersion(req kmsg.Request) error {
+	v, ok := c.versions[req.Key()]
+	if !ok {
+		return fmt.Errorf("broker %s does not support %s requests", c.addr, kmsg.NameForKey(req.Key()))
+	}
+	v = min(v, req.MaxVersion())
+	if req.Key() == int16(kmsg.Produce) {
+		v = min(v, produceMaxVersion)
+	}
+	req.SetVersion(v)
+	return nil
+}
+
+// roundTrip writes req and reads its answer (the handshake, before read).
+func (c *orderedConn) roundTrip(req kmsg.Request) (kmsg.Response, error) {
+	c.corr++
+	if _, err := c.nc.Write(c.format.AppendRequest(nil, req, c.corr)); err != nil {
+		return nil, err
+	}
+	corr, body, err := c.readFrame()
+	if err != nil {
+		return nil, err
+	}
+	if corr != c.corr {
+		return nil, fmt.Errorf("answer to request %d where %d was expected", corr, c.corr)
+	}
+	return parseResponse(req, body)
+}
+
+// readFrame reads one response: its correlation id and body.
+func (c *orderedConn) readFrame() (int32, []byte, error) {
+	var size [4]byte
+	if _, err := io.ReadFull(c.nc, size[:]); err != nil {
+		return 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(size[:])
+	if n < 4 || n > maxResponse {
+		return 0, nil, fmt.Errorf("response of %d bytes", n)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(c.nc, body); err != nil {
+		return 0, nil, err
+	}
+	return int32(binary.BigEndian.Uint32(body)), body[4:], nil
+}
+
+// parseResponse decodes the body of req's answer.
+func parseResponse(req kmsg.Request, body []byte) (kmsg.Response, error) {
+	resp := req.ResponseKind()
+	if resp.IsFlexible() && resp.Key() != int16(kmsg.ApiVersions) {
+		// The response header's tags; ApiVersions keeps the old header.
+		r := kbin.Reader{Src: body}
+		kmsg.SkipTags(&r)
+		if !r.Ok() {
+			return nil, fmt.Errorf("reading the header of a %s response: truncated", kmsg.NameForKey(req.Key()))
+		}
+		body = r.Src
+	}
+	if err := resp.ReadFrom(body); err != nil {
+		return nil, fmt.Errorf("reading a %s response: %w", kmsg.NameForKey(req.Key()), err)
+	}
+	return resp, nil
+}
+
+// send writes req (at the newest version both sides know) and returns the
+// call its answer completes. Calls are written in the order send is called.
+func (c *orderedConn) send(req kmsg.Request) (*call, error) {
+	if err := c.setVersion(req); err != nil {
+		return nil, err
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.corr++
+	k := &call{req: req, corr: c.corr, done: make(chan struct{})}
+	// One buffer, reused: Write returns once the bytes are out, and
+	// batches are copied into it rather than held per request.
+	c.buf = c.format.AppendRequest(c.buf[:0], req, k.corr)
+	buf := c.buf
+	if cap(c.buf) > maxKeptBuffer {
+		c.buf = nil
+	}
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return nil, err
+	}
+	c.waiting = append(c.waiting, k)
+	if len(c.waiting) == 1 {
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.timeout))
+	}
+	c.mu.Unlock()
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.timeout))
+	if _, err := c.nc.Write(buf); err != nil {
+		c.fail(fmt.Errorf("writing to broker %s: %w", c.addr, err)) // answers k too
+	}
+	return k, nil
+}
+
+// read answers the calls in write order until the connection breaks.
+func (c *orderedConn) read() {
+	for {
+		corr, body, err := c.readFrame()
+		if err != nil {
+			c.fail(fmt.Errorf("reading from broker %s: %w", c.addr, err))
+			return
+		}
+		c.mu.Lock()
+		if len(c.waiting) == 0 || c.waiting[0].corr != corr {
+			c.mu.Unlock()
+			c.fail(fmt.Errorf("broker %s answered request %d out of order", c.addr, corr))
+			return
+		}
+		k := c.waiting[0]
+		c.waiting[0] = nil
+		c.waiting = c.waiting[1:]
+		if len(c.waiting) > 0 {
+			_ = c.nc.SetReadDeadline(time.Now().Add(c.timeout))
+		} else {
+			_ = c.nc.SetReadDeadline(time.Time{})
+		}
+		c.mu.Unlock()
+		k.resp, k.err = parseResponse(k.req, body)
+		close(k.done)
+	}
+}
+
+// fail breaks the connection: every call not answered gets err.
+func (c *orderedConn) fail(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	err = c.err
+	ws := c.waiting
+	c.waiting = nil
+	c.mu.Unlock()
+	c.nc.Close()
+	for _, k := range ws {
+		k.err = err
+		close(k.done)
+	}
+}
+
+// usable says whether new requests may be written: not broken, not expired.
+func (c *orderedConn) usable() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err == nil && (c.expiry.IsZero() || time.Now().Before(c.expiry))
+}
+
+// pending is how many calls wait for their answer.
+func (c *orderedConn) pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiting)
+}
+
+// errClosed answers what was in flight when the writer closed.
+var errClosed = errors.New("the writer was closed")
+
+// ordered returns the writer's connection of lane l, opening a new one when
+// there is none, the last broke, or its session is about to end. A retired
+// connection's requests are answered before the new one's first is
+// written, which keeps every partition's requests in order.
+func (w *Writer) ordered(l lane) (*orderedConn, error) {
+	c, err := w.current(l)
+	if err != nil || (c != nil && c.usable()) {
+		return c, err
+	}
+	// One opening at a time: two callers must not each open one for the
+	// lane, which would split its requests over two connections.
+	w.dialMu.Lock()
+	defer w.dialMu.Unlock()
+	if c, err = w.current(l); err != nil || (c != nil && c.usable()) {
+		return c, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
+	defer cancel()
+	if c != nil {
+		for c.pending() > 0 && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		c.fail(errors.New("retired"))
+	}
+	addr, ok := w.meta.Broker(l.node)
+	if !ok {
+		return nil, fmt.Errorf("no address known for broker %d", l.node)
+	}
+	nc, err := dialOrdered(ctx, w.cl, addr, w.timeout+10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		nc.fail(errClosed)
+		return nil, errClosed
+	}
+	w.conns[l] = nc
+	return nc, nil
+}
+
+// current is lane l's connection, nil when it has none.
+func (w *Writer) current(l lane) (*orderedConn, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil, errClosed
+	}
+	return w.conns[l], nil
+}
+
+// Close closes the writer's connections; what they had in flight fails.
+// The client is the caller's to close.
+func (w *Writer) Close() {
+	w.mu.Lock()
+	w.closed = true
+	cs := w.conns
+	w.conns = map[lane]*orderedConn{}
+	w.mu.Unlock()
+	for _, c := range cs {
+		c.fail(errClosed)
+	}
+}
