@@ -159,7 +159,7 @@ func (r *mirrorTopicResource) Schema(ctx context.Context, _ resource.SchemaReque
 					"where resuming cannot keep offsets identical. **Recovery**: when the topic is `failed` and `state` is `mirroring`, " +
 					"apply recovers it with `kmirror recover --recreate` instead of a plain recover; use it when `reason_code` is one a " +
 					"plain recover cannot clear (`FOREIGN_WRITE`, `DESTINATION_TOPIC_RECREATED`, `DESTINATION_LOST_RECORDS`, " +
-					"`DESTINATION_AHEAD`, `SOURCE_TOPIC_RECREATED`), and set it back to false once the topic mirrors again. The plan " +
+					"`DESTINATION_AHEAD`, `MARKERS_REFUSED`, `SOURCE_TOPIC_RECREATED`), and set it back to false once the topic mirrors again. The plan " +
 					"warns before it deletes anything. **Failback** (with `failback = true`, at creation): when the destination (the old " +
 					"source) took records after the last mirrored offset, copy them to a side topic `TOPIC.kmirror-divergent-<unix time>` " +
 					"(see `divergent_topic`), delete the topic and mirror it whole.",
@@ -324,7 +324,7 @@ func (r *mirrorTopicResource) ModifyPlan(ctx context.Context, req resource.Modif
 // cannot clear, because the destination no longer holds what the source
 // does at the same offsets: only recreating the destination topic can.
 var recreateCures = []reason.Code{reason.ForeignWrite, reason.DestinationTopicRecreated, reason.DestinationLostRecords,
-	reason.DestinationAhead, reason.SourceTopicRecreated, reason.SourceTopicRecreatedRealignFailed, reason.RealignFailed}
+	reason.DestinationAhead, reason.MarkersRefused, reason.SourceTopicRecreated, reason.SourceTopicRecreatedRealignFailed, reason.RealignFailed}
 
 // warnRecovery says, in a plan that recovers a failed topic, what apply
 // will do: delete the destination topic (recreate), or a recover that is

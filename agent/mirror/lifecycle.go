@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -217,7 +218,8 @@ func (m *Runner) Plan(ctx context.Context, op partition.Op, topics []string) (*P
 		}
 		parts := make([]partitionState, len(tps))
 		for i, tp := range tps {
-			parts[i] = partitionState{tp: tp, state: m.stateOf(tp), stopMode: m.stopModeOf(tp)}
+			st, code := m.stateOf(tp)
+			parts[i] = partitionState{tp: tp, state: st, code: code, stopMode: m.stopModeOf(tp)}
 		}
 		targets, err := planTopic(op, t, parts)
 		if err != nil {
@@ -232,8 +234,14 @@ func (m *Runner) Plan(ctx context.Context, op partition.Op, topics []string) (*P
 type partitionState struct {
 	tp       fetcher.TP
 	state    partition.State
-	stopMode StopMode // of a stop under way
+	code     reason.Code // of its reason
+	stopMode StopMode    // of a stop under way
 }
+
+// recreateOnly are the failures whose destination log holds the agent's
+// own records at the wrong offsets: a resync would take them as mirrored
+// and go on after them, so only a recover with recreate may clear them.
+var recreateOnly = []reason.Code{reason.MarkersRefused}
 
 // planTopic is the partitions of topic that op moves, and where to, or why
 // op is refused on one of them.
@@ -264,6 +272,10 @@ func planTopic(op partition.Op, topic string, parts []partitionState) ([]target,
 			continue
 		}
 		to, err := partition.Transition(from, op)
+		if err == nil && op == partition.OpRecover && from == partition.Failed && slices.Contains(recreateOnly, p.code) {
+			err = &partition.TransitionError{From: from, Op: op,
+				Msg: fmt.Sprintf("it failed with %s: its destination log holds records at the wrong offsets, which a plain recover would resume after; recover with recreate", p.code)}
+		}
 		if err != nil {
 			var te *partition.TransitionError
 			if errors.As(err, &te) {

@@ -30,6 +30,8 @@ func TestPlanTopic(t *testing.T) {
 	}
 	promoting := in(partition.Stopping, partition.Mirroring)
 	promoting[0].stopMode = StopPromote
+	shifted := in(partition.Failed)
+	shifted[0].code = reason.MarkersRefused
 	failingOver := in(partition.Stopping)
 	failingOver[0].stopMode = StopFailover
 	for _, tc := range []struct {
@@ -55,6 +57,10 @@ func TestPlanTopic(t *testing.T) {
 			[]target{{tp(0), partition.Failed, partition.Stopped}}, ""},
 		{"a refusal in a mixed topic names the partition", partition.OpPause, in(partition.Mirroring, partition.Stopped),
 			nil, "topic orders partition 1 is STOPPED"},
+		{"plain recover of a shifted partition is refused", partition.OpRecover, shifted,
+			nil, "topic orders is FAILED"},
+		{"recover with recreate of a shifted partition", partition.OpRecoverRecreate, shifted,
+			[]target{{tp(0), partition.Failed, partition.Initializing}}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := planTopic(tc.op, "orders", tc.parts)

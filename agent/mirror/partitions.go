@@ -13,6 +13,7 @@ import (
 
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/partition"
+	"github.com/kmirror/kmirror/internal/reason"
 )
 
 // runningPartition is a partition mirror and how to stop it.
@@ -84,18 +85,19 @@ func (m *Runner) stopModeOf(tp fetcher.TP) StopMode {
 }
 
 // stateOf is tp's state: its partition mirror's, else its persisted one.
-func (m *Runner) stateOf(tp fetcher.TP) partition.State {
+func (m *Runner) stateOf(tp fetcher.TP) (partition.State, reason.Code) {
 	m.mu.Lock()
 	rp := m.parts[tp]
 	m.mu.Unlock()
 	if rp != nil {
-		return rp.pm.Status().State
+		st := rp.pm.Status()
+		return st.State, st.ReasonCode
 	}
 	var pr partitionRecord
 	if ReadRecord(m.cfg.Store, partitionKey(m.rec.Spec.Name, tp), &pr) && pr.State != "" {
-		return pr.State
+		return pr.State, pr.ReasonCode
 	}
-	return partition.Initializing
+	return partition.Initializing, ""
 }
 
 // idlePartition is a partition mirror that does not run: it reports a

@@ -254,7 +254,7 @@ func (m *Runner) releaseIfStopped(topic string, stopping fetcher.TP) {
 		return
 	}
 	for _, tp := range tps {
-		if tp != stopping && m.stateOf(tp) != partition.Stopped {
+		if st, _ := m.stateOf(tp); tp != stopping && st != partition.Stopped {
 			return
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kmirror/kmirror/internal/devcluster"
 	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
+	"github.com/kmirror/kmirror/internal/reason"
 	rb "github.com/kmirror/kmirror/internal/recordbatch"
 )
 
@@ -39,9 +40,10 @@ type faultCase struct {
 	// between runs once the first process has mirrored up to cut.
 	between func(t *testing.T, r *mirrorRig)
 	// fails: the process must stop in FAILED, leaving the destination end
-	// at end.
+	// at end, with reason code when one is given.
 	fails bool
 	end   int64
+	code  reason.Code
 }
 
 func shape(build func(b *logBuilder)) logShape { return logShape{build: build} }
@@ -91,6 +93,81 @@ func foreignBeforeFiller(t *testing.T, r *mirrorRig) func(t *testing.T) {
 		return nil, false, true, nil
 	})
 	return func(*testing.T) {}
+}
+
+// foreignBeforeNextBatch has a foreign record land right after the agent's
+// first filler markers, before the batch the agent sent behind them.
+func foreignBeforeNextBatch(t *testing.T, r *mirrorRig) func(t *testing.T) {
+	data, fill := r.txnIDs()
+	kc := r.dst.Kfake()
+	var marked, hit atomic.Bool
+	r.destControl(-1, func(kreq kmsg.Request) (kmsg.Response, bool, bool, error) {
+		switch req := kreq.(type) {
+		case *kmsg.WriteTxnMarkersRequest:
+			if r.isWrite(req, data, fill) {
+				marked.Store(true)
+			}
+		case *kmsg.ProduceRequest:
+			// hit also keeps the foreign produce itself from coming here.
+			if marked.Load() && !hit.Swap(true) {
+				kc.SleepControl(func() { produceForeign(t, r) })
+				return nil, false, true, nil
+			}
+		}
+		return nil, false, false, nil
+	})
+	return func(t *testing.T) {
+		if !hit.Load() {
+			t.Error("no batch followed the filler markers")
+		}
+	}
+}
+
+// refuseMarkersBehind answers the agent's first WriteTxnMarkers with
+// CLUSTER_AUTHORIZATION_FAILED once the agent has written the produce
+// request behind it (the broker reads that one only after answering).
+func refuseMarkersBehind(t *testing.T, r *mirrorRig) func(t *testing.T) {
+	writes := &produceWrites{}
+	r.dstOpts = append(r.dstOpts, kgo.Dialer(writes.dial))
+	data, fill := r.txnIDs()
+	kc := r.dst.Kfake()
+	var hit atomic.Bool
+	r.destControl(int16(kmsg.WriteTxnMarkers), func(kreq kmsg.Request) (kmsg.Response, bool, bool, error) {
+		req := kreq.(*kmsg.WriteTxnMarkersRequest)
+		if !r.isWrite(req, data, fill) {
+			return nil, false, false, nil
+		}
+		n := writes.atMarkers.Load()
+		kc.SleepControl(func() {
+			for deadline := time.Now().Add(10 * time.Second); writes.n.Load() == n && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+		})
+		hit.Store(writes.n.Load() > n)
+		resp := req.ResponseKind().(*kmsg.WriteTxnMarkersResponse)
+		for _, m := range req.Markers {
+			rm := kmsg.NewWriteTxnMarkersResponseMarker()
+			rm.ProducerID = m.ProducerID
+			for _, mt := range m.Topics {
+				rt := kmsg.NewWriteTxnMarkersResponseMarkerTopic()
+				rt.Topic = mt.Topic
+				for _, p := range mt.Partitions {
+					rp := kmsg.NewWriteTxnMarkersResponseMarkerTopicPartition()
+					rp.Partition = p
+					rp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+					rt.Partitions = append(rt.Partitions, rp)
+				}
+				rm.Topics = append(rm.Topics, rt)
+			}
+			resp.Markers = append(resp.Markers, rm)
+		}
+		return resp, true, true, nil
+	})
+	return func(t *testing.T) {
+		if !hit.Load() {
+			t.Error("the agent did not write the batch after the markers before their answer")
+		}
+	}
 }
 
 func release(t *testing.T, r *mirrorRig) {
@@ -220,7 +297,11 @@ func TestMirrorDestinationFaults(t *testing.T) {
 				b.gap(2)
 				b.plain(prodP, rb.CodecNone, 1)
 			}),
-			arm: foreignBeforeFiller, fails: true, end: 4,
+			// [4 plain]: the batch after the markers follows them without
+			// waiting for their answer, lands late and fails the
+			// partition (checkLanded finds the foreign record from the
+			// markers on).
+			arm: foreignBeforeFiller, fails: true, end: 5,
 		},
 		{
 			name:    "foreign write to the destination while the agent is down",
@@ -390,7 +471,7 @@ func TestMirrorDestinationFaults(t *testing.T) {
 			}),
 		},
 		{
-			name:  "destination end read below the marker just written",
+			name: "destination end read below the marker just written", coordinatorOnly: true,
 			shape: plainGapPlain,
 			arm: func(t *testing.T, r *mirrorRig) func(t *testing.T) {
 				return r.onEndCheck(fillerMarker, func(req *kmsg.ListOffsetsRequest) (kmsg.Response, bool) {
@@ -399,7 +480,7 @@ func TestMirrorDestinationFaults(t *testing.T) {
 			},
 		},
 		{
-			name:  "foreign write right after a filler marker",
+			name: "foreign write right after a filler marker", coordinatorOnly: true,
 			shape: plainGapPlain,
 			arm: func(t *testing.T, r *mirrorRig) func(t *testing.T) {
 				return r.onEndCheck(fillerMarker, func(*kmsg.ListOffsetsRequest) (kmsg.Response, bool) {
@@ -408,6 +489,24 @@ func TestMirrorDestinationFaults(t *testing.T) {
 				})
 			},
 			fails: true, end: 3,
+		},
+		{
+			// [0 plain][1 plain, meant for 2]: the destination refuses the
+			// markers (the agent lost ALTER) after the batch behind them
+			// was written, and appends that batch where they should be.
+			name: "filler markers refused with the next batch on its way", markersOnly: true,
+			shape: plainGapPlain,
+			arm:   refuseMarkersBehind,
+			fails: true, end: 2, code: reason.MarkersRefused,
+		},
+		{
+			// [0 plain][1 marker][2 foreign][3 plain, meant for 2]: no end
+			// check follows markers; the next batch lands late and fails
+			// the partition as a foreign write, not a duplicate marker.
+			name: "foreign write right after filler markers", markersOnly: true,
+			shape: plainGapPlain,
+			arm:   foreignBeforeNextBatch,
+			fails: true, end: 4,
 		},
 		{
 			name: "foreign write right after an abort marker",
@@ -545,6 +644,9 @@ func TestMirrorDestinationFaults(t *testing.T) {
 				}
 				if tc.fails {
 					r.waitFailed(p)
+					if got := p.m.Status().ReasonCode; tc.code != "" && got != tc.code {
+						t.Errorf("failed with %s, want %s", got, tc.code)
+					}
 					b := r.bounds()
 					if b.HighWatermark != tc.end {
 						t.Errorf("the failed partition left the destination end at %d, want %d", b.HighWatermark, tc.end)

@@ -28,8 +28,7 @@ func (m *Mirror) copy(ctx context.Context) error {
 		var c fetcher.Chunk
 		select {
 		case <-ctx.Done():
-			m.discard(ctx)
-			return ctx.Err()
+			return m.discard(ctx, ctx.Err())
 		case <-halt:
 			if m.haltClean.Load() && m.data.open {
 				// Halt where no transaction of aborted records is open.
@@ -45,8 +44,7 @@ func (m *Mirror) copy(ctx context.Context) error {
 			continue
 		case <-m.headDone():
 			if err := m.reapReady(ctx); err != nil {
-				m.discard(ctx)
-				return err
+				return m.discard(ctx, err)
 			}
 			m.progress()
 			continue
@@ -59,8 +57,7 @@ func (m *Mirror) copy(ctx context.Context) error {
 		err := m.handle(ctx, c)
 		m.hold(c)
 		if err != nil {
-			m.discard(ctx)
-			return err
+			return m.discard(ctx, err)
 		}
 		if halt == nil && !m.data.open {
 			if err := m.drain(ctx); err != nil {
@@ -285,14 +282,21 @@ func (m *Mirror) writeAborted(ctx context.Context, b []byte, n int32) error {
 }
 
 // checkLanded checks that a batch meant for destination offset want got
-// offset off.
+// offset off. A batch that landed late finds what took its offsets from
+// want, or from the filler markers before it whose place no batch has
+// confirmed yet (markedFrom): markers only, a duplicate marker; anything
+// else, a foreign write.
 func (m *Mirror) checkLanded(ctx context.Context, off, want int64) error {
 	switch {
 	case off < want:
 		return failRealign(reason.DestinationLostRecords, "the destination put the batch for offset %d at offset %d: the destination log was truncated (an unclean leader election or a lost write)",
 			want, off)
 	case off > want:
-		if m.markerAt(ctx, want) {
+		from := want
+		if m.marked {
+			from = min(from, m.markedFrom)
+		}
+		if m.onlyMarkers(ctx, from, off) {
 			return failRealign(reason.DuplicateMarker, "duplicate transaction marker at destination offset %d where the source has a visible record", want)
 		}
 		return failRealign(reason.ForeignWrite, "the destination put the batch for offset %d at offset %d: something else wrote to this mirror topic (a foreign write)",
@@ -301,19 +305,28 @@ func (m *Mirror) checkLanded(ctx context.Context, off, want int64) error {
 	return nil
 }
 
-// markerAt says whether the destination holds a transaction marker at
-// offset: the coordinator re-sent one after the agent looked (review B1).
-func (m *Mirror) markerAt(ctx context.Context, offset int64) bool {
-	c, err := fetcher.ReadAt(ctx, m.cfg.Writer.Client(), m.cfg.Writer.Meta(), m.cfg.TP, offset, 1<<20)
-	if err != nil {
-		return false
+// onlyMarkers says whether the destination holds transaction markers only
+// in [from, to): the coordinator re-sent one after the agent looked (review
+// B1), or a dead agent's filler marker landed late.
+func (m *Mirror) onlyMarkers(ctx context.Context, from, to int64) bool {
+	for at := from; at < to; {
+		c, err := fetcher.ReadAt(ctx, m.cfg.Writer.Client(), m.cfg.Writer.Meta(), m.cfg.TP, at, 1<<20)
+		if err != nil {
+			return false
+		}
+		next := at
+		for h, err := range recordbatch.All(c.Records) {
+			if err != nil || (h.LastOffset() >= at && h.BaseOffset < to && !h.IsControl()) {
+				return false
+			}
+			next = h.LastOffset() + 1
+		}
+		if next <= at {
+			return false
+		}
+		at = next
 	}
-	b, _, err := recordbatch.Next(c.Records)
-	if err != nil || b == nil {
-		return false
-	}
-	h, err := recordbatch.ParseHeader(b)
-	return err == nil && h.IsControl() && h.BaseOffset == offset
+	return true
 }
 
 // classifyProduce turns a produce error of a batch for destination offset

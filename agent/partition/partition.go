@@ -164,6 +164,11 @@ type Mirror struct {
 	flightID uint64 // id of the last flight sent
 	reaped   uint64 // id of the last flight answered
 	held     []heldChunk
+	// marked: filler markers were answered since the last batch that
+	// landed where it should, the first of them for markedFrom. A batch
+	// that lands late looks there for what took its offsets (checkLanded).
+	marked     bool
+	markedFrom int64
 
 	// halt asks Run to return at the next batch boundary (Halt).
 	halt      chan struct{}

@@ -2,10 +2,12 @@ package partition
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/writer"
+	"github.com/kmirror/kmirror/internal/reason"
 )
 
 // The plain writer's batches are pipelined: up to maxPipelined of them are
@@ -29,17 +31,20 @@ import (
 // may exceed the 5 batches a broker recognizes when resent).
 const maxPipelined = 16
 
-// flight is a plain batch on its way.
+// flight is a plain batch, or filler markers (FillMarkers), on its way.
 type flight struct {
 	x     *writer.Pending
 	want  int64 // the destination offset its first record must get
 	n     int32
-	seq   int32 // its base sequence
+	seq   int32 // its base sequence (the plain writer's next, for markers)
 	bytes int
 	id    uint64
 	// mirrored: a source batch, counted in Status once answered (padding
 	// is not).
 	mirrored bool
+	// markers: n filler markers, whose answer says nothing of where they
+	// landed: the next batch's offset does.
+	markers bool
 }
 
 // heldChunk is a fetched chunk whose batches are still in flight: its bytes
@@ -54,10 +59,8 @@ type heldChunk struct {
 // source records. With the window full it waits for the oldest answer
 // first.
 func (m *Mirror) send(ctx context.Context, b []byte, n int32, mirrored bool) error {
-	if len(m.flights) >= maxPipelined {
-		if err := m.reap(ctx); err != nil {
-			return err
-		}
+	if err := m.room(ctx); err != nil {
+		return err
 	}
 	x, err := m.cfg.Writer.ProduceAsync(ctx, m.cfg.TP.Topic, m.cfg.TP.Partition, b)
 	if err != nil {
@@ -67,6 +70,32 @@ func (m *Mirror) send(ctx context.Context, b []byte, n int32, mirrored bool) err
 	m.flights = append(m.flights, flight{x: x, want: m.next, n: n, seq: m.seq, bytes: len(b), id: m.flightID, mirrored: mirrored})
 	m.next += int64(n)
 	m.seq = addSeq(m.seq, n)
+	return nil
+}
+
+// sendMarkers queues n filler markers (FillMarkers) for destination offset
+// m.next and advances m.next past them. The writer sends them once the
+// batches before them are answered without error, and the batches after
+// them follow on the same connection: no round trip of their own.
+func (m *Mirror) sendMarkers(ctx context.Context, n int32) error {
+	if err := m.room(ctx); err != nil {
+		return err
+	}
+	x, err := m.cfg.Writer.MarkersAsync(ctx, writer.Producer{ID: markerPID}, m.cfg.TP.Topic, m.cfg.TP.Partition, int(n))
+	if err != nil {
+		return err
+	}
+	m.flightID++
+	m.flights = append(m.flights, flight{x: x, want: m.next, n: n, seq: m.seq, id: m.flightID, markers: true})
+	m.next += int64(n)
+	return nil
+}
+
+// room waits for the oldest answer when the window is full.
+func (m *Mirror) room(ctx context.Context) error {
+	if len(m.flights) >= maxPipelined {
+		return m.reap(ctx)
+	}
 	return nil
 }
 
@@ -80,10 +109,20 @@ func (m *Mirror) reap(ctx context.Context) error {
 		// The end is where the acknowledged writes reach: what was sent
 		// after is not known to have landed.
 		m.next, m.seq = f.want, f.seq
+		if f.markers {
+			return fmt.Errorf("writing %d filler markers at destination offset %d: %w", f.n, f.want, err)
+		}
 		return m.classifyProduce(err, writer.Producer{ID: m.cfg.ProducerID, Epoch: m.cfg.Epoch}, f.seq, f.want)
 	}
-	if err := m.checkLanded(ctx, off, f.want); err != nil {
-		return err
+	if f.markers {
+		if !m.marked {
+			m.marked, m.markedFrom = true, f.want
+		}
+	} else {
+		if err := m.checkLanded(ctx, off, f.want); err != nil {
+			return err
+		}
+		m.marked = false
 	}
 	m.reaped = f.id
 	m.releaseChunks()
@@ -108,21 +147,24 @@ func (m *Mirror) reapReady(ctx context.Context) error {
 func (m *Mirror) drain(ctx context.Context) error {
 	for len(m.flights) > 0 {
 		if err := m.reap(ctx); err != nil {
-			m.discard(ctx)
-			return err
+			return m.discard(ctx, err)
 		}
 	}
 	return nil
 }
 
-// discard waits for the answers of every batch still in flight without
-// checking them: they follow a batch that failed, so the broker refused
-// them out of sequence, or they landed where the resync will find them.
-// Waiting means nothing the partition sent is still on its way when Run
-// reads the destination again. The end goes back to where the
-// acknowledged writes reach. A ctx that ended gets a grace of its own for
-// the answers.
-func (m *Mirror) discard(ctx context.Context) {
+// discard waits for the answers of every batch still in flight after cause
+// ended the pipeline, and returns cause. They follow a write that failed,
+// so the broker refused them out of sequence, or they landed where the
+// resync will find them, or the writer did not send them. One case is not
+// harmless: filler markers have no sequence number, so when the broker
+// refuses markers (say the agent lost the ALTER right meanwhile) and
+// appends the batch right behind them, that batch lands early and shifts
+// every offset after it; discard then fails the partition. Waiting means
+// nothing the partition sent is still on its way when Run reads the
+// destination again. The end goes back to where the acknowledged writes
+// reach. A ctx that ended gets a grace of its own for the answers.
+func (m *Mirror) discard(ctx context.Context, cause error) error {
 	if len(m.flights) > 0 && m.flights[0].want < m.next {
 		// Not after a failed batch, which reap already went back to.
 		m.next, m.seq = m.flights[0].want, m.flights[0].seq
@@ -133,11 +175,19 @@ func (m *Mirror) discard(ctx context.Context) {
 		defer cancel()
 	}
 	for _, f := range m.flights {
-		_, _ = f.x.Wait(ctx)
+		off, err := f.x.Wait(ctx)
+		if err == nil && !f.markers && off != f.want {
+			// Not a realign: the batch is in the log at the wrong
+			// offsets, which a resume would build on.
+			cause = fail(reason.MarkersRefused, "the destination refused the filler markers before the batch for offset %d (%v) and put that batch at offset %d: every offset from %d on is shifted; recreate the destination topic",
+				f.want, cause, off, off)
+		}
 	}
 	clear(m.flights)
 	m.flights = m.flights[:0]
+	m.marked = false
 	m.releaseChunks()
+	return cause
 }
 
 // drainGrace is how long drain waits for answers once its context ended.

@@ -109,10 +109,13 @@ func (m *Mirror) closeDataTxn(ctx context.Context) {
 // With n == 0 it only closes an open transaction, whose marker then takes
 // an offset the caller pads over.
 func (m *Mirror) invisible(ctx context.Context, n int64) error {
-	// Markers go through other requests: every plain batch before them
-	// must have landed.
-	if err := m.drain(ctx); err != nil {
-		return err
+	// The coordinator writes its markers through connections of its own:
+	// every plain batch before them must have landed. FillMarkers fillers
+	// go behind the plain batches instead (sendMarkers).
+	if m.data.open || m.cfg.Fillers == FillCoordinator {
+		if err := m.drain(ctx); err != nil {
+			return err
+		}
 	}
 	end := m.src + n
 	for {
@@ -144,16 +147,13 @@ func (m *Mirror) filler(ctx context.Context, n int64) error {
 	tp := m.cfg.TP
 	w := m.cfg.Writer
 	if m.cfg.Fillers == FillMarkers {
-		k := min(n, 1000)
-		if err := w.WriteMarkers(ctx, writer.Producer{ID: markerPID}, tp.Topic, tp.Partition, int(k)); err != nil {
-			return err
-		}
 		// Nothing re-sends these markers, as the coordinator does its
-		// own (B1), but another write may have come in between (a
-		// foreign one, or a late marker of a dead agent): the end is
-		// read back before anything is written after them, so that no
-		// batch lands shifted.
-		return m.checkEnd(ctx, m.next+k, n-k)
+		// own (B1). Another write that came in between (a foreign one,
+		// or a late marker of a dead agent) shows in the offset of the
+		// next batch, checked as every batch's is, so no batch lands
+		// shifted unnoticed; without a next batch, in the end the next
+		// resync reads.
+		return m.sendMarkers(ctx, int32(min(n, 1000)))
 	}
 	if err := w.AddPartition(ctx, m.fill.id, m.fill.p, tp.Topic, tp.Partition); err != nil {
 		return classifyOpen(err, m.fill.id, "opening a filler transaction")

@@ -64,6 +64,10 @@ const (
 	// the source has a visible record, which would shift every later
 	// offset.
 	DuplicateMarker Code = "DUPLICATE_MARKER"
+	// MarkersRefused: the destination refused filler markers and appended
+	// the batch the agent had sent right behind them, which landed early:
+	// every later offset is shifted.
+	MarkersRefused Code = "MARKERS_REFUSED"
 	// DestinationRefused: the destination refused a batch with an error
 	// that retrying cannot fix.
 	DestinationRefused Code = "DESTINATION_REFUSED"
@@ -131,7 +135,7 @@ var known = []Code{
 	ForeignWrite, ProducerIDInUse, TransactionalIDInUse, TransactionFenced, TransactionalIDUnauthorized,
 	DestinationLostRecords, DestinationAhead,
 	SourceTopicRecreated, SourceTopicRecreatedRealignFailed, DestinationTopicRecreated, RealignFailed,
-	DuplicateMarker, DestinationRefused, KeylessRecordRefused, SequenceLasting, SourceBatchInvalid, BatchRewriteFailed,
+	DuplicateMarker, MarkersRefused, DestinationRefused, KeylessRecordRefused, SequenceLasting, SourceBatchInvalid, BatchRewriteFailed,
 	HangingTransaction, SequenceRetrying, RetentionLoss, Aligning, Resuming, Recovering,
 	PromoteInProgress, PromoteTimedOut, FailoverInProgress, StopTimedOut, SourceNotFenced,
 	SourceTopicMissing, DestinationHasMorePartitions,
