@@ -369,32 +369,40 @@ func (c *orderedConn) pending() int {
 var errClosed = errors.New("the writer was closed")
 
 // ordered returns the writer's connection of lane l, opening a new one when
-// there is none, the last broke, or its session is about to end. A retired
-// connection's requests are answered before the new one's first is
-// written, which keeps every partition's requests in order.
+// there is none, the last broke, its session is about to end, or its broker
+// advertises another address. A connection retired at the end of its
+// session has its requests answered before the new one's first is written,
+// which keeps every partition's requests in order; one to an old address
+// fails what it has in flight (their partitions resync).
 func (w *Writer) ordered(l lane) (*orderedConn, error) {
-	c, err := w.current(l)
-	if err != nil || (c != nil && c.usable()) {
+	addr, ok := w.meta.Broker(l.node)
+	if !ok {
+		return nil, fmt.Errorf("no address known for broker %d", l.node)
+	}
+	// A connection to an address the broker no longer advertises (it
+	// moved, or came back elsewhere under its id) is replaced at once.
+	current := func() (*orderedConn, bool, error) {
+		c, err := w.current(l)
+		return c, err == nil && c != nil && c.usable() && c.addr == addr, err
+	}
+	c, ok, err := current()
+	if err != nil || ok {
 		return c, err
 	}
 	// One opening at a time: two callers must not each open one for the
 	// lane, which would split its requests over two connections.
 	w.dialMu.Lock()
 	defer w.dialMu.Unlock()
-	if c, err = w.current(l); err != nil || (c != nil && c.usable()) {
+	if c, ok, err = current(); err != nil || ok {
 		return c, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 	defer cancel()
 	if c != nil {
-		for c.pending() > 0 && ctx.Err() == nil {
+		for c.addr == addr && c.pending() > 0 && ctx.Err() == nil {
 			time.Sleep(time.Millisecond)
 		}
-		c.fail(errors.New("retired"))
-	}
-	addr, ok := w.meta.Broker(l.node)
-	if !ok {
-		return nil, fmt.Errorf("no address known for broker %d", l.node)
+		c.fail(fmt.Errorf("connection to broker %d at %s retired", l.node, c.addr))
 	}
 	nc, err := dialOrdered(ctx, w.cl, addr, w.timeout+10*time.Second)
 	if err != nil {
