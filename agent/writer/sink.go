@@ -28,9 +28,15 @@ import (
 //     A partition's items leave in arrival order, at most maxPerPartition of
 //     them in requests not yet answered, and reach the broker in that order.
 //   - A partition's markers leave only once every earlier item of the
-//     partition has been answered without error: a marker has no sequence
+//     partition has been answered without error (a marker has no sequence
 //     number, so one written behind a batch the broker refuses would take
-//     that batch's offset. The batches after a marker follow it at once.
+//     that batch's offset), and only on a connection with nothing in flight:
+//     a broker applies a connection's requests one after another, so a
+//     marker behind other partitions' requests could be applied long after
+//     it was written, after the writer lease's takeover wait, where nothing
+//     would refuse it. While a marker waits for its connection, no new
+//     request goes out on it. The batches after a marker follow it at once
+//     (a late batch is deduplicated or refused by its sequence).
 //   - Once an item of a partition fails, the partition's items still queued
 //     are answered with ErrNotSent, unsent, until it has nothing queued or
 //     in flight: its caller goes back to the destination end.
@@ -261,10 +267,14 @@ func (s *sink) maybeSendLocked() {
 // takeLocked moves queued items into a new request: in arrival order, one
 // per partition, all batches or all markers (the kind of the first item
 // that may go), none of a partition whose window is full, whose marker
-// waits for earlier answers, or which has an earlier item left queued, up
-// to maxRequestBytes. Items of a partition that failed are answered
-// ErrNotSent.
+// waits for earlier answers or for the connection, or which has an earlier
+// item left queued, up to maxRequestBytes. Nothing goes while a marker
+// waits for the connection alone. Items of a partition that failed are
+// answered ErrNotSent.
 func (s *sink) takeLocked() *request {
+	if s.inflight > 0 && s.markerWaitsLocked() {
+		return nil // the connection drains for it
+	}
 	var (
 		r     *request
 		bytes int
@@ -280,7 +290,7 @@ func (s *sink) takeLocked() *request {
 		marker := p.markers > 0
 		ready := s.busy[p.tp] < s.w.maxPerPartition
 		if marker {
-			ready = s.busy[p.tp] == 0
+			ready = s.busy[p.tp] == 0 && s.inflight == 0
 		}
 		if held[p.tp] || !ready || (r != nil && (r.markers != marker || bytes+len(p.batch) > maxRequestBytes)) {
 			held[p.tp] = true
@@ -302,6 +312,20 @@ func (s *sink) takeLocked() *request {
 	clear(s.queue[len(kept):])
 	s.queue = kept
 	return r
+}
+
+// markerWaitsLocked says whether a queued marker waits for its connection
+// only: the first queued item of its partition, every earlier item of which
+// was answered without error.
+func (s *sink) markerWaitsLocked() bool {
+	seen := map[topicPart]bool{}
+	for _, p := range s.queue {
+		if p.markers > 0 && !seen[p.tp] && s.busy[p.tp] == 0 && !s.failed[p.tp] {
+			return true
+		}
+		seen[p.tp] = true
+	}
+	return false
 }
 
 // issueLoop issues the outbox's requests one after another.

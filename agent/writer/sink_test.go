@@ -637,11 +637,12 @@ func markersRequests(c *devcluster.Cluster) func() []map[topicPart]int {
 }
 
 // TestMarkersBehindAnsweredBatches: a partition's markers leave once every
-// earlier batch of it is answered, coalesced with other partitions'
-// markers in one WriteTxnMarkers request, and the batches after them land
-// after them; after a failed batch, the partition's queued markers and
-// batches are answered ErrNotSent, unsent, and once it has nothing left
-// queued or in flight it writes again.
+// earlier batch of it is answered and nothing is in flight on the
+// connection, coalesced with other partitions' markers in one
+// WriteTxnMarkers request, and the batches after them land after them;
+// after a failed batch, the partition's queued markers and batches are
+// answered ErrNotSent, unsent, and once it has nothing left queued or in
+// flight it writes again.
 func TestMarkersBehindAnsweredBatches(t *testing.T) {
 	f := start(t)
 	f.w.maxInflight = 4
@@ -675,6 +676,12 @@ func TestMarkersBehindAnsweredBatches(t *testing.T) {
 	mk0 := async(f.w.MarkersAsync(ctx, pid, "m", 0, 2))
 	after := async(f.w.ProduceAsync(ctx, "m", 0, idem(1, 1)))
 	mk1 := async(f.w.MarkersAsync(ctx, pid, "m", 1, 3))
+	// m/1's markers wait too, for the connection: nothing else goes out
+	// while they wait.
+	f.queued(t, "m", 3)
+	if got := markers(); len(got) != 0 {
+		t.Fatalf("WriteTxnMarkers requests %v while a produce request is unanswered on the connection", got)
+	}
 	o.releaseReq(0)
 	if r := wait(t, first); r.err != nil || r.off != 0 {
 		t.Fatalf("first batch of m/0: offset %d, %v", r.off, r.err)
@@ -685,10 +692,11 @@ func TestMarkersBehindAnsweredBatches(t *testing.T) {
 	if r := wait(t, mk0); r.err != nil {
 		t.Fatalf("markers of m/0: %v", r.err)
 	}
-	// m/1's went while m/0's batch was unanswered, so not with m/0's
-	// (queued before them), which waited for that answer.
-	if got := markers(); len(got) != 2 || len(got[0]) != 1 || got[0][topicPart{"m", 1}] != 3 || len(got[1]) != 1 || got[1][topicPart{"m", 0}] != 2 {
-		t.Fatalf("WriteTxnMarkers requests %v, want one with 3 markers of m/1, then one with 2 of m/0", got)
+	if got := markers(); len(got) != 1 || len(got[0]) != 2 || got[0][topicPart{"m", 1}] != 3 || got[0][topicPart{"m", 0}] != 2 {
+		t.Fatalf("WriteTxnMarkers requests %v, want one with 2 markers of m/0 and 3 of m/1", got)
+	}
+	if reqs, _, _ := o.snapshot(); len(reqs) != 2 {
+		t.Errorf("produce requests %v, want m/0's first batch, then the one after its markers", reqs)
 	}
 	if got := f.end(t, "m", 1); got != 3 {
 		t.Errorf("m/1 ends at %d, want 3", got)
