@@ -83,6 +83,13 @@ type call struct {
 	done chan struct{} // closed once resp or err is set
 }
 
+// failedCall is a call for req that err kept off the wire.
+func failedCall(req kmsg.Request, err error) *call {
+	k := &call{req: req, err: err, done: make(chan struct{})}
+	close(k.done)
+	return k
+}
+
 // maxKeptBuffer is the largest request buffer a connection keeps for its
 // next request; a larger one (a request of big batches) is let go.
 const maxKeptBuffer = 4 << 20

@@ -87,6 +87,7 @@ type sink struct {
 	queue    []*pending        // arrival order
 	busy     map[topicPart]int // items of each partition in requests not yet answered
 	queued   map[topicPart]int // items of each partition in the queue
+	markers  int               // marker items in the queue
 	failed   map[topicPart]bool
 	inflight int // requests made and not yet answered
 	// outbox holds the requests made and not yet issued, in order;
@@ -202,7 +203,8 @@ func (x *Pending) Wait(ctx context.Context) (int64, error) {
 		for i, q := range s.queue {
 			if q == p {
 				s.queue = append(s.queue[:i], s.queue[i+1:]...)
-				s.unqueueLocked(p.tp)
+				s.unqueueLocked(p)
+				s.settleLocked(p.tp)
 				break
 			}
 		}
@@ -218,18 +220,23 @@ func (s *sink) enqueue(p *pending) *Pending {
 	s.mu.Lock()
 	s.queue = append(s.queue, p)
 	s.queued[p.tp]++
+	if p.markers > 0 {
+		s.markers++
+	}
 	delete(s.returning, p.tp)
 	s.maybeSendLocked()
 	s.mu.Unlock()
 	return &Pending{s: s, p: p, topic: p.tp.topic, part: p.tp.partition}
 }
 
-// unqueueLocked counts an item of tp out of the queue.
-func (s *sink) unqueueLocked(tp topicPart) {
-	if s.queued[tp]--; s.queued[tp] <= 0 {
-		delete(s.queued, tp)
+// unqueueLocked counts p out of the queue.
+func (s *sink) unqueueLocked(p *pending) {
+	if s.queued[p.tp]--; s.queued[p.tp] <= 0 {
+		delete(s.queued, p.tp)
 	}
-	s.settleLocked(tp)
+	if p.markers > 0 {
+		s.markers--
+	}
 }
 
 // settleLocked forgets that tp failed once it has nothing queued or in
@@ -284,7 +291,8 @@ func (s *sink) takeLocked() *request {
 	for _, p := range s.queue {
 		if s.failed[p.tp] {
 			p.answer(produced{-1, &ProduceError{Topic: p.tp.topic, Partition: p.tp.partition, Markers: p.markers > 0, Err: ErrNotSent}})
-			s.unqueueLocked(p.tp)
+			s.unqueueLocked(p)
+			s.settleLocked(p.tp)
 			continue
 		}
 		marker := p.markers > 0
@@ -302,9 +310,7 @@ func (s *sink) takeLocked() *request {
 		}
 		held[p.tp] = true
 		s.busy[p.tp]++
-		if s.queued[p.tp]--; s.queued[p.tp] <= 0 {
-			delete(s.queued, p.tp)
-		}
+		s.unqueueLocked(p)
 		bytes += len(p.batch)
 		p.sent = true
 		r.items = append(r.items, p)
@@ -318,6 +324,9 @@ func (s *sink) takeLocked() *request {
 // only: the first queued item of its partition, every earlier item of which
 // was answered without error.
 func (s *sink) markerWaitsLocked() bool {
+	if s.markers == 0 {
+		return false
+	}
 	seen := map[topicPart]bool{}
 	for _, p := range s.queue {
 		if p.markers > 0 && !seen[p.tp] && s.busy[p.tp] == 0 && !s.failed[p.tp] {
@@ -356,11 +365,9 @@ func (s *sink) send(r *request) {
 	}
 	// The gate is asked here, when the request leaves, not when its
 	// items were queued.
-	var answer <-chan issued
+	var answer *call
 	if err := s.w.allowed(); err != nil {
-		ch := make(chan issued, 1)
-		ch <- issued{err: err}
-		answer = ch
+		answer = failedCall(req, err)
 	} else {
 		answer = s.w.issue(s.lane, req)
 	}
@@ -424,8 +431,8 @@ func markersRequest(items []*pending) *kmsg.WriteTxnMarkersRequest {
 }
 
 // finish answers each item of r once its response (or error) came.
-func (s *sink) finish(r *request, answer <-chan issued) {
-	a := <-answer
+func (s *sink) finish(r *request, a *call) {
+	<-a.done
 	results := make([]produced, len(r.items))
 	switch {
 	case a.err != nil:

@@ -108,31 +108,19 @@ func New(cl *kgo.Client, meta *leaders.Cache) *Writer {
 	return w
 }
 
-// issued is a produce request's answer.
-type issued struct {
-	resp kmsg.Response
-	err  error
-}
-
-// issue writes req to lane l's ordered connection (conn.go) and returns once
-// it is on the wire, or failed; the answer comes on the channel. Requests
-// issued one after another reach the broker in that order.
-func (w *Writer) issue(l lane, req kmsg.Request) <-chan issued {
-	out := make(chan issued, 1)
+// issue writes req to lane l's ordered connection (conn.go) and returns
+// its call once the request is on the wire, or a call already done with the
+// error that kept it off. Requests issued one after another reach the
+// broker in that order.
+func (w *Writer) issue(l lane, req kmsg.Request) *call {
 	c, err := w.ordered(l)
-	var k *call
 	if err == nil {
-		k, err = c.send(req)
+		var k *call
+		if k, err = c.send(req); err == nil {
+			return k
+		}
 	}
-	if err != nil {
-		out <- issued{err: err}
-		return out
-	}
-	go func() {
-		<-k.done
-		out <- issued{k.resp, k.err}
-	}()
-	return out
+	return failedCall(req, err)
 }
 
 // Client returns the destination client.
@@ -237,9 +225,9 @@ func (w *Writer) produceAlone(ctx context.Context, txnID *string, topic string, 
 		return -1, &ProduceError{Topic: topic, Partition: partition, Err: err}
 	}
 	req := w.produceRequest(txnID, []*pending{{tp: topicPart{topic, partition}, batch: batch}})
-	var a issued
+	a := w.issue(w.laneOf(l.Leader, topic, partition), req)
 	select {
-	case a = <-w.issue(w.laneOf(l.Leader, topic, partition), req):
+	case <-a.done:
 	case <-ctx.Done():
 		return -1, &ProduceError{Topic: topic, Partition: partition, Err: ctx.Err()}
 	}
