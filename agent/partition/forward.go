@@ -284,8 +284,8 @@ func (m *Mirror) writeAborted(ctx context.Context, b []byte, n int32) error {
 // checkLanded checks that a batch meant for destination offset want got
 // offset off. A batch that landed late finds what took its offsets from
 // want, or from the filler markers before it whose place no batch has
-// confirmed yet (markedFrom): markers only, a duplicate marker; anything
-// else, a foreign write.
+// confirmed yet (markedFrom, firstRecord): markers only, a duplicate
+// marker; anything else, a foreign write.
 func (m *Mirror) checkLanded(ctx context.Context, off, want int64) error {
 	switch {
 	case off < want:
@@ -296,7 +296,8 @@ func (m *Mirror) checkLanded(ctx context.Context, off, want int64) error {
 		if m.marked {
 			from = min(from, m.markedFrom)
 		}
-		if m.onlyMarkers(ctx, from, off) {
+		// A read that fails counts as a record: a foreign write.
+		if at, err := m.firstRecord(ctx, from, off); err == nil && at < 0 {
 			return failRealign(reason.DuplicateMarker, "duplicate transaction marker at destination offset %d where the source has a visible record", want)
 		}
 		return failRealign(reason.ForeignWrite, "the destination put the batch for offset %d at offset %d: something else wrote to this mirror topic (a foreign write)",
@@ -305,28 +306,32 @@ func (m *Mirror) checkLanded(ctx context.Context, off, want int64) error {
 	return nil
 }
 
-// onlyMarkers says whether the destination holds transaction markers only
-// in [from, to): the coordinator re-sent one after the agent looked (review
-// B1), or a dead agent's filler marker landed late.
-func (m *Mirror) onlyMarkers(ctx context.Context, from, to int64) bool {
+// firstRecord returns the offset of the first batch of records (not a
+// transaction marker) the destination holds in [from, to), or -1 when it
+// holds markers only there: the coordinator re-sent one after the agent
+// looked (review B1), or a dead agent's filler marker landed late.
+func (m *Mirror) firstRecord(ctx context.Context, from, to int64) (int64, error) {
 	for at := from; at < to; {
 		c, err := fetcher.ReadAt(ctx, m.cfg.Writer.Client(), m.cfg.Writer.Meta(), m.cfg.TP, at, 1<<20)
 		if err != nil {
-			return false
+			return -1, err
 		}
 		next := at
 		for h, err := range recordbatch.All(c.Records) {
-			if err != nil || (h.LastOffset() >= at && h.BaseOffset < to && !h.IsControl()) {
-				return false
+			if err != nil {
+				return -1, err
+			}
+			if h.LastOffset() >= at && h.BaseOffset < to && !h.IsControl() {
+				return h.BaseOffset, nil
 			}
 			next = h.LastOffset() + 1
 		}
 		if next <= at {
-			return false
+			return -1, fmt.Errorf("no batch at destination offset %d below %d", at, to)
 		}
 		at = next
 	}
-	return true
+	return -1, nil
 }
 
 // classifyProduce turns a produce error of a batch for destination offset

@@ -7,7 +7,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/leaders"
 	"github.com/kmirror/kmirror/agent/writer"
 	"github.com/kmirror/kmirror/internal/reason"
@@ -202,21 +201,10 @@ func (m *Mirror) checkEnd(ctx context.Context, want, spare int64) error {
 	}
 	extra := b.HighWatermark - want
 	// Look at what took the offsets from the first marker on.
-	from := m.next
-	c, err := fetcher.ReadAt(ctx, m.cfg.Writer.Client(), m.cfg.Writer.Meta(), tp, from, 1<<20)
-	if err != nil {
-		return err
-	}
-	for h, err := range recordbatch.All(c.Records) {
-		if err != nil {
-			return fmt.Errorf("reading the destination after a marker: %w", err)
-		}
-		if h.LastOffset() < from || h.BaseOffset >= b.HighWatermark {
-			continue
-		}
-		if !h.IsControl() {
-			return fail(reason.ForeignWrite, "the destination has a record at offset %d that the agent did not write (a foreign write to a mirror topic)", h.BaseOffset)
-		}
+	if at, err := m.firstRecord(ctx, m.next, b.HighWatermark); err != nil {
+		return fmt.Errorf("reading the destination after a marker: %w", err)
+	} else if at >= 0 {
+		return fail(reason.ForeignWrite, "the destination has a record at offset %d that the agent did not write (a foreign write to a mirror topic)", at)
 	}
 	if extra > spare {
 		// The source offsets right after these are not known yet to be
