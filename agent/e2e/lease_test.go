@@ -32,8 +32,9 @@ const (
 // a transactional one, a third of its transactions aborted). Ten times, the
 // active agent is killed (SIGKILL, then started again as a standby) or
 // frozen (SIGSTOP, resumed with SIGCONT once the other took over),
-// alternating. Each time the other agent must take over within a bounded
-// time; a resumed agent must find it lost the lease and stay a standby; the
+// alternating. Each time the other agent must take over by the lease's
+// protocol (its log shows one claim, then the takeover wait before its first
+// write) and within a bounded time; a resumed agent must find it lost the lease and stay a standby; the
 // produce requests the agent had on the way are held and land late, after
 // the new agent's first writes (deduplicated or rejected); and at the end the
 // destination is offset-identical to the source at both isolation levels
@@ -117,6 +118,7 @@ func TestLeaseTakeover(t *testing.T) {
 		freeze := (i-1)/2%2 == 1
 		lostBefore := lostLeaseLines(t, a)
 		busy := lat.InFlight()
+		stopped := time.Now()
 		if freeze {
 			a.Freeze()
 		} else {
@@ -131,6 +133,7 @@ func TestLeaseTakeover(t *testing.T) {
 			t.Fatalf("round %d: agent %s is active, want %s", i, next, standby)
 		}
 		takeovers = append(takeovers, took)
+		timeline := checkTakeover(t, i, agents[next], stopped, active)
 		how := "killed"
 		if freeze {
 			how = "frozen"
@@ -151,7 +154,7 @@ func TestLeaseTakeover(t *testing.T) {
 		} else {
 			agents[active] = start(active) // a standby now
 		}
-		t.Logf("round %2d: agent %s %s after %4dms with %d writes in flight; agent %s active %v later", i, active, how, pause.Milliseconds(), busy, next, took.Round(time.Millisecond))
+		t.Logf("round %2d: agent %s %s after %4dms with %d writes in flight; agent %s active %v later%s", i, active, how, pause.Milliseconds(), busy, next, took.Round(time.Millisecond), formatLeaseLines(timeline))
 		active = next
 	}
 	stats := stopProducing()
@@ -161,7 +164,10 @@ func TestLeaseTakeover(t *testing.T) {
 		sorted[0].Round(time.Millisecond), sorted[len(sorted)/2].Round(time.Millisecond), sorted[len(sorted)-1].Round(time.Millisecond))
 	// Bounded: the holder's lease runs out at most a lease after its last
 	// renewal, the new owner waits a lease and the request timeout, and it
-	// then loads its state topic and starts (a few hundred ms here).
+	// then loads its state topic and starts (a few hundred ms here). The
+	// rounds' lines say where the time went when it does not hold (a
+	// resumed agent that lost the lease once waited 5 s for the answers of
+	// its writes before it could claim again).
 	if limit := 2*e2eLease + e2eLeaseTimeout + 3*time.Second; sorted[len(sorted)-1] > limit {
 		t.Errorf("a takeover took %v, more than the %v the lease bounds it by", sorted[len(sorted)-1], limit)
 	}
@@ -248,6 +254,77 @@ func assertNotFailed(ctx context.Context, t *testing.T, a *agentProcess, round i
 			t.Fatalf("round %d: %s/%d FAILED: %s", round, p.Topic, p.Partition, p.Reason)
 		}
 	}
+}
+
+// leaseLine is a line of an agent's log about the lease, at its time
+// relative to a moment of the test.
+type leaseLine struct {
+	at  time.Duration
+	msg string
+}
+
+// leaseLines returns what a's log says about the lease since the moment
+// the other agent was stopped, each line's time relative to it.
+func leaseLines(t *testing.T, a *agentProcess, since time.Time) []leaseLine {
+	t.Helper()
+	b, err := os.ReadFile(a.logPath)
+	if err != nil {
+		t.Fatalf("reading the log of %s: %v", a.name, err)
+	}
+	var out []leaseLine
+	for line := range strings.Lines(string(b)) {
+		stamp, rest, ok := strings.Cut(line, " ")
+		at, err := time.Parse("2006-01-02T15:04:05.000Z0700", stamp)
+		if !ok || err != nil || at.Before(since.Truncate(time.Millisecond)) || !strings.Contains(rest, "lease") {
+			continue
+		}
+		out = append(out, leaseLine{at.Sub(since), strings.TrimSpace(rest)})
+	}
+	return out
+}
+
+// checkTakeover checks, from the new agent's log, that it took the lease
+// over by the protocol: one claim that it won, naming the previous holder
+// and the wait of the lease plus the request timeout, and its first write
+// no sooner than that wait after the claim. It returns the lines, for the
+// round's report of where the time went.
+func checkTakeover(t *testing.T, round int, a *agentProcess, since time.Time, previous string) []leaseLine {
+	t.Helper()
+	lines := leaseLines(t, a, since)
+	var claims []leaseLine
+	var active *leaseLine
+	for i, l := range lines {
+		switch {
+		case strings.Contains(l.msg, "another agent claimed the writer lease first"):
+			t.Errorf("round %d: %s lost a claim with no other agent running: %s", round, a.name, l.msg)
+		case strings.Contains(l.msg, "claimed the writer lease:"):
+			claims = append(claims, l)
+		case strings.Contains(l.msg, "active: this agent writes") && active == nil:
+			active = &lines[i]
+		}
+	}
+	wantWait := "wait=" + (e2eLease + e2eLeaseTimeout).String()
+	switch {
+	case len(claims) != 1 || active == nil:
+		t.Errorf("round %d: %s's log since the other agent stopped has %d claims and active=%v; want one claim, then active:%s", round, a.name, len(claims), active != nil, formatLeaseLines(lines))
+	case !strings.Contains(claims[0].msg, "previous_holder="+previous) || !strings.Contains(claims[0].msg, wantWait):
+		t.Errorf("round %d: %s claimed with %q; want previous_holder=%s and %s", round, a.name, claims[0].msg, previous, wantWait)
+	case active.at-claims[0].at < e2eLease+e2eLeaseTimeout-time.Millisecond: // log times are in ms
+		t.Errorf("round %d: %s wrote %v after its claim, before the %v the previous holder's writes may take:%s", round, a.name, active.at-claims[0].at, e2eLease+e2eLeaseTimeout, formatLeaseLines(lines))
+	}
+	return lines
+}
+
+func formatLeaseLines(lines []leaseLine) string {
+	var out strings.Builder
+	for _, l := range lines {
+		msg := l.msg
+		if len(msg) > 160 {
+			msg = msg[:160] + "…"
+		}
+		fmt.Fprintf(&out, "\n\t%+6dms %s", l.at.Milliseconds(), msg)
+	}
+	return out.String()
 }
 
 // lostLeaseLines counts the times the agent's log says it lost the lease.

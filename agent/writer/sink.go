@@ -366,7 +366,7 @@ func (s *sink) send(r *request) {
 	// The gate is asked here, when the request leaves, not when its
 	// items were queued.
 	var answer *call
-	if err := s.w.allowed(); err != nil {
+	if err := s.w.Allowed(); err != nil {
 		answer = failedCall(req, err)
 	} else {
 		answer = s.w.issue(s.lane, req)

@@ -83,8 +83,9 @@ type Writer struct {
 // one already queued. Call it before the first write.
 func (w *Writer) SetGate(gate func() error) { w.gate = gate }
 
-// allowed returns the gate's verdict on a write about to be sent.
-func (w *Writer) allowed() error {
+// Allowed returns the gate's verdict on a write about to be sent: nil while
+// this agent may write.
+func (w *Writer) Allowed() error {
 	if w.gate == nil {
 		return nil
 	}
@@ -131,7 +132,7 @@ func (w *Writer) Meta() *leaders.Cache { return w.meta }
 
 // InitProducerID allocates an idempotent producer id (no transactional id).
 func (w *Writer) InitProducerID(ctx context.Context) (int64, int16, error) {
-	if err := w.allowed(); err != nil {
+	if err := w.Allowed(); err != nil {
 		return 0, 0, fmt.Errorf("allocating a producer id on the destination: %w", err)
 	}
 	req := kmsg.NewPtrInitProducerIDRequest()
@@ -221,7 +222,7 @@ func (w *Writer) produceAlone(ctx context.Context, txnID *string, topic string, 
 	if err != nil {
 		return -1, &ProduceError{Topic: topic, Partition: partition, Err: err}
 	}
-	if err := w.allowed(); err != nil {
+	if err := w.Allowed(); err != nil {
 		return -1, &ProduceError{Topic: topic, Partition: partition, Err: err}
 	}
 	req := w.produceRequest(txnID, []*pending{{tp: topicPart{topic, partition}, batch: batch}})
@@ -302,7 +303,7 @@ func (w *Writer) DeleteRecords(ctx context.Context, topic string, partition int3
 	if err != nil {
 		return fmt.Errorf("deleting records of %s/%d below %d: %w", topic, partition, offset, err)
 	}
-	if err := w.allowed(); err != nil {
+	if err := w.Allowed(); err != nil {
 		return fmt.Errorf("deleting records of %s/%d below %d: %w", topic, partition, offset, err)
 	}
 	req := kmsg.NewPtrDeleteRecordsRequest()
