@@ -1,0 +1,172 @@
+package membership
+
+import (
+	"cmp"
+	"slices"
+)
+
+// Item is one unit of work: a mirror partition, keyed as the caller likes.
+type Item struct {
+	Key string `json:"k"`
+	// Weight is the item's share of the work (its byte rate, say); 0
+	// counts as 1.
+	Weight int64 `json:"w,omitempty"`
+}
+
+func (it Item) weight() int64 { return max(it.Weight, 1) }
+
+// memberMeta is what a member says of itself when it joins.
+type memberMeta struct {
+	Version int    `json:"v"`
+	Agent   string `json:"agent"`
+	// Owned are the items it writes now, with their weights as it
+	// measures them.
+	Owned []Item `json:"owned,omitempty"`
+	// Released are items it stopped writing since the last generation,
+	// every write of them returned: the next owner need not wait.
+	Released []string `json:"released,omitempty"`
+}
+
+// assignment is what the leader gives one member.
+type assignment struct {
+	Version int `json:"v"`
+	// Items are the member's items this generation.
+	Items []string `json:"items,omitempty"`
+	// Orphans are those of Items whose last owner did not release them: it
+	// may still write until its session ran out and its last writes
+	// landed.
+	Orphans []string `json:"orphans,omitempty"`
+	// Rejoin: some items move from one member to another this round; each
+	// member rejoins once it has stopped what it lost, and the next round
+	// hands them on.
+	Rejoin bool `json:"rejoin,omitempty"`
+	// Members are the agents of the generation and how many items each
+	// has, for status.
+	Members []MemberLoad `json:"members,omitempty"`
+}
+
+// MemberLoad is one member's share of a generation.
+type MemberLoad struct {
+	Agent  string `json:"agent"`
+	Items  int    `json:"items"`
+	Weight int64  `json:"weight"`
+}
+
+// joined is a member as the leader sees it in a JoinGroup answer.
+type joined struct {
+	id   string // member id
+	meta memberMeta
+}
+
+// assign divides items among members, sticky and cooperative:
+//
+//   - A member keeps what it owns while its load stays within its fair
+//     share (total weight / members, plus half the item's weight); what it
+//     owns beyond that, and items two members claim, are taken from it this
+//     round and given to nobody: it rejoins once it stopped them (Rejoin),
+//     and the next round gives them on as released.
+//   - Items nobody owns go to the least loaded member, heaviest first;
+//     those no member released are orphans (the owner died or was
+//     replaced), which the new owner waits out before its first write.
+//
+// Members are identified by member id; the result is keyed the same way.
+func assign(items []Item, members []joined) map[string]assignment {
+	out := make(map[string]assignment, len(members))
+	if len(members) == 0 {
+		return out
+	}
+	slices.SortFunc(members, func(a, b joined) int {
+		return cmp.Or(cmp.Compare(a.meta.Agent, b.meta.Agent), cmp.Compare(a.id, b.id))
+	})
+	weights := make(map[string]int64, len(items))
+	var total int64
+	for _, it := range items {
+		if _, dup := weights[it.Key]; dup {
+			continue
+		}
+		weights[it.Key] = it.weight()
+		total += it.weight()
+	}
+	// The owners' measured weights replace the leader's guess.
+	claims := map[string]int{}
+	released := map[string]bool{}
+	for _, m := range members {
+		for _, it := range m.meta.Owned {
+			// An item the leader does not know yet (its view of the
+			// mirrors lags the owner's) stays with its owner; an owner
+			// stops an item whose mirror went, and claims it no more.
+			total += it.weight() - weights[it.Key]
+			weights[it.Key] = it.weight()
+			claims[it.Key]++
+		}
+		for _, k := range m.meta.Released {
+			released[k] = true
+		}
+	}
+	fair := total / int64(len(members))
+
+	load := make([]int64, len(members))
+	mine := make([][]string, len(members))
+	moving := false
+	placed := map[string]bool{}
+	for i, m := range members {
+		owned := slices.Clone(m.meta.Owned)
+		// Lightest first: a member over its share gives up its heaviest
+		// items, which balance best elsewhere.
+		slices.SortFunc(owned, func(a, b Item) int {
+			return cmp.Or(cmp.Compare(weights[a.Key], weights[b.Key]), cmp.Compare(a.Key, b.Key))
+		})
+		for _, it := range owned {
+			w := weights[it.Key]
+			switch {
+			case claims[it.Key] > 1:
+				moving = true // claimed twice: revoked from both
+			case load[i] > 0 && load[i]+w > fair+w/2:
+				moving = true // over its share: revoked, handed on next round
+				placed[it.Key] = true
+			default:
+				load[i] += w
+				mine[i] = append(mine[i], it.Key)
+				placed[it.Key] = true
+			}
+		}
+	}
+	for k, n := range claims {
+		if n > 1 {
+			placed[k] = true // handed on once both released it
+		}
+	}
+	var free []string
+	for k := range weights {
+		if !placed[k] {
+			free = append(free, k)
+		}
+	}
+	slices.SortFunc(free, func(a, b string) int {
+		return cmp.Or(-cmp.Compare(weights[a], weights[b]), cmp.Compare(a, b))
+	})
+	orphans := make([][]string, len(members))
+	for _, k := range free {
+		i := 0
+		for j := range members {
+			if load[j] < load[i] {
+				i = j
+			}
+		}
+		load[i] += weights[k]
+		mine[i] = append(mine[i], k)
+		if !released[k] {
+			orphans[i] = append(orphans[i], k)
+		}
+	}
+	loads := make([]MemberLoad, len(members))
+	for i, m := range members {
+		loads[i] = MemberLoad{Agent: m.meta.Agent, Items: len(mine[i]), Weight: load[i]}
+	}
+	for i, m := range members {
+		slices.Sort(mine[i])
+		slices.Sort(orphans[i])
+		out[m.id] = assignment{Version: 1, Items: mine[i], Orphans: orphans[i], Rejoin: moving, Members: loads}
+	}
+	return out
+}

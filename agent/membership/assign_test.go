@@ -1,0 +1,144 @@
+package membership
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+)
+
+func items(n int) []Item {
+	out := make([]Item, n)
+	for i := range out {
+		out[i] = Item{Key: fmt.Sprintf("t/%02d", i)}
+	}
+	return out
+}
+
+func owned(keys ...string) []Item {
+	out := make([]Item, len(keys))
+	for i, k := range keys {
+		out[i] = Item{Key: k}
+	}
+	return out
+}
+
+func keys(from, to int) []string {
+	var out []string
+	for i := from; i < to; i++ {
+		out = append(out, fmt.Sprintf("t/%02d", i))
+	}
+	return out
+}
+
+func TestAssign(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		items   []Item
+		members []joined
+		// want: member id → items; orphans: member id → orphans.
+		want    map[string][]string
+		orphans map[string][]string
+		rejoin  bool
+	}{{
+		name:  "first round: nobody owns anything, all orphans, balanced",
+		items: items(6),
+		members: []joined{
+			{id: "m-b", meta: memberMeta{Agent: "b"}},
+			{id: "m-a", meta: memberMeta{Agent: "a"}},
+		},
+		want:    map[string][]string{"m-a": {"t/00", "t/02", "t/04"}, "m-b": {"t/01", "t/03", "t/05"}},
+		orphans: map[string][]string{"m-a": {"t/00", "t/02", "t/04"}, "m-b": {"t/01", "t/03", "t/05"}},
+	}, {
+		name:  "a member joins: the owner keeps its share, the rest is revoked and given to nobody yet",
+		items: items(6),
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Owned: owned(keys(0, 6)...)}},
+			{id: "m-b", meta: memberMeta{Agent: "b"}},
+		},
+		want:   map[string][]string{"m-a": keys(0, 3), "m-b": nil},
+		rejoin: true,
+	}, {
+		name:  "the next round: the released items go to the new member, no wait",
+		items: items(6),
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Owned: owned(keys(0, 3)...), Released: keys(3, 6)}},
+			{id: "m-b", meta: memberMeta{Agent: "b"}},
+		},
+		want: map[string][]string{"m-a": keys(0, 3), "m-b": keys(3, 6)},
+	}, {
+		name:  "a member died: the others keep theirs and share its items as orphans",
+		items: items(9),
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Owned: owned(keys(0, 3)...)}},
+			{id: "m-b", meta: memberMeta{Agent: "b", Owned: owned(keys(3, 6)...)}},
+		},
+		want:    map[string][]string{"m-a": append(keys(0, 3), "t/06", "t/08"), "m-b": append(keys(3, 6), "t/07")},
+		orphans: map[string][]string{"m-a": {"t/06", "t/08"}, "m-b": {"t/07"}},
+	}, {
+		name:  "weights: one heavy item balances three light ones",
+		items: []Item{{Key: "heavy", Weight: 30}, {Key: "l1", Weight: 10}, {Key: "l2", Weight: 10}, {Key: "l3", Weight: 10}},
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a"}},
+			{id: "m-b", meta: memberMeta{Agent: "b"}},
+		},
+		want:    map[string][]string{"m-a": {"heavy"}, "m-b": {"l1", "l2", "l3"}},
+		orphans: map[string][]string{"m-a": {"heavy"}, "m-b": {"l1", "l2", "l3"}},
+	}, {
+		name:  "an owner's measured weight counts, not the leader's guess",
+		items: items(4),
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Owned: []Item{{Key: "t/00", Weight: 100}}}},
+			{id: "m-b", meta: memberMeta{Agent: "b"}},
+		},
+		// With the leader's weight of 1, a would get a second item.
+		want:    map[string][]string{"m-a": {"t/00"}, "m-b": keys(1, 4)},
+		orphans: map[string][]string{"m-b": keys(1, 4)},
+	}, {
+		name:  "an item two members claim is taken from both",
+		items: items(2),
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Owned: owned("t/00", "t/01")}},
+			{id: "m-b", meta: memberMeta{Agent: "b", Owned: owned("t/01")}},
+		},
+		want:   map[string][]string{"m-a": {"t/00"}, "m-b": nil},
+		rejoin: true,
+	}, {
+		name:  "an item the leader does not know yet stays with its owner",
+		items: items(2),
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Owned: owned("new/0")}},
+			{id: "m-b", meta: memberMeta{Agent: "b"}},
+		},
+		want:    map[string][]string{"m-a": {"new/0", "t/01"}, "m-b": {"t/00"}},
+		orphans: map[string][]string{"m-a": {"t/01"}, "m-b": {"t/00"}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := assign(tc.items, slices.Clone(tc.members))
+			seen := map[string]string{}
+			for _, m := range tc.members {
+				a, ok := got[m.id]
+				if !ok {
+					t.Fatalf("member %s has no assignment", m.id)
+				}
+				if !slices.Equal(a.Items, tc.want[m.id]) {
+					t.Errorf("member %s: items %v, want %v", m.id, a.Items, tc.want[m.id])
+				}
+				if !slices.Equal(a.Orphans, tc.orphans[m.id]) {
+					t.Errorf("member %s: orphans %v, want %v", m.id, a.Orphans, tc.orphans[m.id])
+				}
+				if a.Rejoin != tc.rejoin {
+					t.Errorf("member %s: rejoin %v, want %v", m.id, a.Rejoin, tc.rejoin)
+				}
+				if len(a.Members) != len(tc.members) {
+					t.Errorf("member %s: %d member loads, want %d", m.id, len(a.Members), len(tc.members))
+				}
+				for _, k := range a.Items {
+					if other, dup := seen[k]; dup {
+						t.Errorf("item %s assigned to %s and %s", k, other, m.id)
+					}
+					seen[k] = m.id
+				}
+			}
+		})
+	}
+}

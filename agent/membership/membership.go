@@ -1,0 +1,565 @@
+// Package membership divides the work of one destination (its mirror
+// partitions, as Items) among the agents writing it, through Kafka's own
+// group protocol: the agents are members of one classic group on the
+// destination (protocol type "kmirror", the way Kafka Connect's workers
+// form theirs), each with its agent id as its static instance id; the
+// leader assigns every item to exactly one member, sticky and cooperative
+// (assign), and a member that joins or leaves moves only the items that
+// must move.
+//
+// # Why an item never has two writers
+//
+// A member may write an item (Member.Check) only while all of these hold:
+//
+//  1. The item is in its current assignment.
+//  2. Its session is live as the member itself measures it: the last
+//     request the coordinator answered for it as a current member
+//     (JoinGroup, SyncGroup or Heartbeat, answered without
+//     UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION or FENCED_INSTANCE_ID) was sent
+//     less than the session timeout minus a margin ago, on the member's
+//     monotonic clock, which runs on while the process is frozen.
+//  3. The item's wait is over (below).
+//
+// An item moves in one of two ways:
+//
+//   - Handed on (a join, a rebalance): the leader takes it from its owner
+//     and gives it to nobody in that generation. The owner stops writing
+//     it, waits until its writes returned, and rejoins saying it released
+//     it; only the next generation gives it to another member, which
+//     writes at once: every write of the old owner was answered before.
+//   - Orphaned (the owner died, was frozen, lost its network, or a new
+//     process took its instance id): the coordinator removes a member only
+//     when the session timeout passed since the last request of it that it
+//     received (or, for a static member, when a new instance joins with its
+//     id). A request the coordinator received was sent before, so by rule 2
+//     the old owner stopped writing before it was removed, but for a member
+//     replaced by a new instance, which may still be inside its session.
+//     Its writes already sent may still be on their way. So the new owner
+//     of an orphan waits the session timeout and Config.WriteGrace from
+//     when it got the item before its first write. Every item of a
+//     process's first assignment is treated as an orphan: a static member's
+//     new process is handed its previous instance's items, which that
+//     instance never released.
+//
+// What the wait cannot stop is what the writer lease could not either
+// (agent/lease): a process frozen between its Check and its request
+// reaching the network sends that request when it resumes. For data the
+// broker deduplicates or refuses it (deterministic sequences, see the
+// design review's B13); a bumped producer epoch does not fence an
+// idempotent producer in time (review §1.4), so the data path does not
+// rely on one.
+package membership
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// ProtocolType is the group protocol type of the agents' group.
+const ProtocolType = "kmirror"
+
+const protocolName = "sticky-v1"
+
+// Defaults.
+const (
+	DefaultGroup            = "kmirror-agents"
+	DefaultSessionTimeout   = 10 * time.Second
+	DefaultRebalanceTimeout = 30 * time.Second
+	DefaultWriteGrace       = 5 * time.Second
+)
+
+// ErrNotOwner is returned by Check for an item this member may not write.
+var ErrNotOwner = errors.New("this agent may not write the item")
+
+// ErrInstanceFenced: another process joined with this agent id.
+var ErrInstanceFenced = errors.New("another agent process joined the group with this agent_id")
+
+// Config configures a Member.
+type Config struct {
+	// Destination connects to the destination cluster.
+	Destination []kgo.Opt
+	// Group is the group id (default DefaultGroup).
+	Group string
+	// AgentID is the member's static instance id: a restarted agent with
+	// the same id takes its place without a rebalance. Required.
+	AgentID string
+	// SessionTimeout (default DefaultSessionTimeout): the coordinator
+	// removes a member it heard nothing from for this long, and a member
+	// stops writing a margin before.
+	SessionTimeout time.Duration
+	// RebalanceTimeout (default DefaultRebalanceTimeout): how long the
+	// coordinator waits for every member to rejoin.
+	RebalanceTimeout time.Duration
+	// WriteGrace is how long a write already sent may take to reach the
+	// broker (default DefaultWriteGrace).
+	WriteGrace time.Duration
+	// Items returns the work as this agent sees it; the leader's view is
+	// the one assigned. Call Member.Refresh when it changes.
+	Items  func() []Item
+	Logger hclog.Logger
+}
+
+// Grant is one item this member holds.
+type Grant struct {
+	// Since is when this member got the item.
+	Since time.Time
+	// WritableAt is when it may write it (Since, or later for an orphan).
+	WritableAt time.Time
+}
+
+// View is the member's current share.
+type View struct {
+	Generation int32
+	MemberID   string
+	Leader     bool
+	Items      map[string]Grant
+	// Members are the generation's agents and their loads.
+	Members []MemberLoad
+}
+
+// Member is one agent's membership of the group.
+type Member struct {
+	cfg Config
+	log hclog.Logger
+	cl  *kgo.Client
+
+	mu       sync.Mutex
+	memberID string
+	gen      int32
+	leader   bool
+	items    map[string]Grant
+	members  []MemberLoad
+	weights  map[string]int64
+	released map[string]bool // released since the last join, to report
+	synced   bool            // this process has had an assignment
+	alive    time.Time       // send time of the last request answered as a member
+	lost     error           // why the member may not write at all, nil while it may
+	changed  chan struct{}   // closed and replaced when the view changes
+	rejoin   chan struct{}   // a rejoin was asked (Refresh, Released)
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	// silent makes the loop stop without leaving the group, as a killed
+	// process does; held stops its heartbeats, as a frozen process's
+	// (tests).
+	silent bool
+	held   atomic.Bool
+}
+
+// Join starts the membership: it joins the group and keeps the member in
+// it until Close. The first view comes through Changed.
+func Join(cfg Config) (*Member, error) {
+	if cfg.AgentID == "" {
+		return nil, errors.New("membership: agent_id is required (the group's static instance id)")
+	}
+	if cfg.Group == "" {
+		cfg.Group = DefaultGroup
+	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = DefaultSessionTimeout
+	}
+	if cfg.RebalanceTimeout <= 0 {
+		cfg.RebalanceTimeout = DefaultRebalanceTimeout
+	}
+	if cfg.WriteGrace <= 0 {
+		cfg.WriteGrace = DefaultWriteGrace
+	}
+	if cfg.Items == nil {
+		cfg.Items = func() []Item { return nil }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	cl, err := kgo.NewClient(cfg.Destination...)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the destination for group %q: %w", cfg.Group, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &Member{
+		cfg: cfg, log: cfg.Logger, cl: cl,
+		items: map[string]Grant{}, weights: map[string]int64{}, released: map[string]bool{},
+		lost:    errors.New("not joined yet"),
+		changed: make(chan struct{}), rejoin: make(chan struct{}, 1),
+		cancel: cancel, done: make(chan struct{}),
+	}
+	go m.run(ctx)
+	return m, nil
+}
+
+// Close leaves the group and stops. Its items go to the other members as
+// orphans, which they wait out as for a member that died: hand items on
+// without a wait by losing them in a rebalance and calling Released.
+func (m *Member) Close() {
+	m.cancel()
+	<-m.done
+	m.cl.Close()
+}
+
+// View returns the member's current share.
+func (m *Member) View() View {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return View{Generation: m.gen, MemberID: m.memberID, Leader: m.leader, Items: maps.Clone(m.items), Members: slices.Clone(m.members)}
+}
+
+// Changed is closed at the next change of View.
+func (m *Member) Changed() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.changed
+}
+
+// Check returns nil while this member may write item: call it right before
+// every write.
+func (m *Member) Check(item string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.liveLocked(); err != nil {
+		return err
+	}
+	g, ok := m.items[item]
+	if !ok {
+		return fmt.Errorf("%w %q: it is not in this agent's assignment (generation %d)", ErrNotOwner, item, m.gen)
+	}
+	if wait := time.Until(g.WritableAt); wait > 0 {
+		return fmt.Errorf("%w %q yet: its previous owner did not release it, so this agent waits %v more for its session and last writes to run out", ErrNotOwner, item, wait.Round(time.Millisecond))
+	}
+	return nil
+}
+
+func (m *Member) liveLocked() error {
+	if m.lost != nil {
+		return fmt.Errorf("%w: %v", ErrNotOwner, m.lost)
+	}
+	if age, limit := time.Since(m.alive), m.cfg.SessionTimeout-margin(m.cfg.SessionTimeout); age >= limit {
+		return fmt.Errorf("%w: the group coordinator last answered a request of this agent sent %v ago; its session lasts %v (less a margin of %v)",
+			ErrNotOwner, age.Round(time.Millisecond), m.cfg.SessionTimeout, margin(m.cfg.SessionTimeout))
+	}
+	return nil
+}
+
+// margin is how long before its session runs out a member stops writing.
+func margin(d time.Duration) time.Duration { return d / 5 }
+
+// SetWeight records an owned item's measured weight, reported at the next
+// join.
+func (m *Member) SetWeight(item string, w int64) {
+	m.mu.Lock()
+	m.weights[item] = w
+	m.mu.Unlock()
+}
+
+// Released tells the member that it stopped writing items it lost and
+// that every write of them returned; it rejoins so that they are handed on.
+func (m *Member) Released(items ...string) {
+	m.mu.Lock()
+	for _, k := range items {
+		if _, own := m.items[k]; !own {
+			m.released[k] = true
+		}
+	}
+	m.mu.Unlock()
+	m.askRejoin()
+}
+
+// Refresh asks for a new assignment: the work (Config.Items) changed.
+func (m *Member) Refresh() { m.askRejoin() }
+
+func (m *Member) askRejoin() {
+	select {
+	case m.rejoin <- struct{}{}:
+	default:
+	}
+}
+
+func (m *Member) run(ctx context.Context) {
+	defer close(m.done)
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := m.joinAndSync(ctx)
+		if err == nil {
+			backoff = 100 * time.Millisecond
+			err = m.heartbeat(ctx)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if errors.Is(err, errRejoin) {
+			continue
+		}
+		if errors.Is(err, ErrInstanceFenced) {
+			m.loseAll(err)
+		}
+		m.log.Warn("group membership", "group", m.cfg.Group, "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+	m.mu.Lock()
+	silent := m.silent
+	m.mu.Unlock()
+	if !silent {
+		m.leave()
+	}
+}
+
+// fencedAt is when this member stops writing unless the coordinator
+// answers it again: a margin before its session runs out.
+func (m *Member) fencedAt() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.alive.Add(m.cfg.SessionTimeout - margin(m.cfg.SessionTimeout))
+}
+
+var errRejoin = errors.New("rejoin")
+
+// joinAndSync runs one JoinGroup and SyncGroup.
+func (m *Member) joinAndSync(ctx context.Context) error {
+	m.mu.Lock()
+	meta := memberMeta{Version: 1, Agent: m.cfg.AgentID, Released: slices.Sorted(maps.Keys(m.released))}
+	for k := range m.items {
+		meta.Owned = append(meta.Owned, Item{Key: k, Weight: m.weights[k]})
+	}
+	slices.SortFunc(meta.Owned, func(a, b Item) int { return cmp.Compare(a.Key, b.Key) })
+	memberID := m.memberID
+	m.mu.Unlock()
+	b, err := json.Marshal(meta)
+	if err != nil {
+		return err
+	}
+	for {
+		req := kmsg.NewPtrJoinGroupRequest()
+		req.Group, req.MemberID, req.InstanceID = m.cfg.Group, memberID, &m.cfg.AgentID
+		req.SessionTimeoutMillis = int32(m.cfg.SessionTimeout / time.Millisecond)
+		req.RebalanceTimeoutMillis = int32(m.cfg.RebalanceTimeout / time.Millisecond)
+		req.ProtocolType = ProtocolType
+		p := kmsg.NewJoinGroupRequestProtocol()
+		p.Name, p.Metadata = protocolName, b
+		req.Protocols = append(req.Protocols, p)
+		sent := time.Now()
+		resp, err := req.RequestWith(ctx, m.cl)
+		if err != nil {
+			return fmt.Errorf("joining group %q: %w", m.cfg.Group, err)
+		}
+		switch err := kerr.ErrorForCode(resp.ErrorCode); {
+		case err == nil:
+		case errors.Is(err, kerr.MemberIDRequired):
+			memberID = resp.MemberID
+			continue
+		case errors.Is(err, kerr.FencedInstanceID):
+			return fmt.Errorf("%w (agent_id %q): %v", ErrInstanceFenced, m.cfg.AgentID, err)
+		case errors.Is(err, kerr.UnknownMemberID):
+			m.loseAll(fmt.Errorf("the group coordinator no longer knows this member: %v", err))
+			m.mu.Lock()
+			m.memberID = ""
+			m.mu.Unlock()
+			return errRejoin
+		default:
+			return fmt.Errorf("joining group %q: %w", m.cfg.Group, err)
+		}
+		m.mu.Lock()
+		m.memberID, m.gen = resp.MemberID, resp.Generation
+		m.leader = resp.LeaderID == resp.MemberID
+		m.aliveLocked(sent)
+		clear(m.released) // reported
+		m.mu.Unlock()
+
+		sync := kmsg.NewPtrSyncGroupRequest()
+		sync.Group, sync.Generation, sync.MemberID, sync.InstanceID = m.cfg.Group, resp.Generation, resp.MemberID, &m.cfg.AgentID
+		sync.ProtocolType, sync.Protocol = kmsg.StringPtr(ProtocolType), kmsg.StringPtr(protocolName)
+		if resp.LeaderID == resp.MemberID {
+			var members []joined
+			for _, jm := range resp.Members {
+				var mm memberMeta
+				if err := json.Unmarshal(jm.ProtocolMetadata, &mm); err != nil {
+					m.log.Warn("a member's join metadata is unreadable; it gets nothing this round", "member", jm.MemberID, "error", err)
+				}
+				members = append(members, joined{id: jm.MemberID, meta: mm})
+			}
+			for id, a := range assign(m.cfg.Items(), members) {
+				ab, err := json.Marshal(a)
+				if err != nil {
+					return err
+				}
+				ga := kmsg.NewSyncGroupRequestGroupAssignment()
+				ga.MemberID, ga.MemberAssignment = id, ab
+				sync.GroupAssignment = append(sync.GroupAssignment, ga)
+			}
+		}
+		sent = time.Now()
+		sresp, err := sync.RequestWith(ctx, m.cl)
+		if err != nil {
+			return fmt.Errorf("syncing group %q: %w", m.cfg.Group, err)
+		}
+		switch err := kerr.ErrorForCode(sresp.ErrorCode); {
+		case err == nil:
+		case errors.Is(err, kerr.RebalanceInProgress):
+			return errRejoin
+		case errors.Is(err, kerr.FencedInstanceID):
+			return fmt.Errorf("%w (agent_id %q): %v", ErrInstanceFenced, m.cfg.AgentID, err)
+		case errors.Is(err, kerr.UnknownMemberID), errors.Is(err, kerr.IllegalGeneration):
+			m.loseAll(fmt.Errorf("the group moved on without this member: %v", err))
+			return errRejoin
+		default:
+			return fmt.Errorf("syncing group %q: %w", m.cfg.Group, err)
+		}
+		var a assignment
+		if len(sresp.MemberAssignment) > 0 {
+			if err := json.Unmarshal(sresp.MemberAssignment, &a); err != nil {
+				return fmt.Errorf("reading this agent's assignment in group %q: %w", m.cfg.Group, err)
+			}
+		}
+		m.apply(a, sent, resp.Generation)
+		return nil
+	}
+}
+
+// apply makes a the member's share.
+func (m *Member) apply(a assignment, sent time.Time, gen int32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.aliveLocked(sent)
+	m.lost = nil
+	now := time.Now()
+	orphan := map[string]bool{}
+	for _, k := range a.Orphans {
+		orphan[k] = true
+	}
+	next := make(map[string]Grant, len(a.Items))
+	for _, k := range a.Items {
+		if g, ok := m.items[k]; ok {
+			next[k] = g
+			continue
+		}
+		g := Grant{Since: now, WritableAt: now}
+		if orphan[k] || !m.synced {
+			g.WritableAt = now.Add(m.cfg.SessionTimeout + m.cfg.WriteGrace)
+		}
+		next[k] = g
+	}
+	for k := range m.weights {
+		if _, ok := next[k]; !ok {
+			delete(m.weights, k)
+		}
+	}
+	m.items, m.members, m.synced = next, a.Members, true
+	m.log.Info("group assignment", "group", m.cfg.Group, "generation", gen, "items", len(next), "orphans", len(a.Orphans), "members", len(a.Members), "rejoin", a.Rejoin)
+	// With a.Rejoin, the member that lost items rejoins once its caller
+	// says they are Released; the others rejoin when the coordinator
+	// asks (REBALANCE_IN_PROGRESS).
+	m.notifyLocked()
+}
+
+func (m *Member) aliveLocked(sent time.Time) {
+	if sent.After(m.alive) {
+		m.alive = sent
+	}
+}
+
+func (m *Member) notifyLocked() {
+	close(m.changed)
+	m.changed = make(chan struct{})
+}
+
+// loseAll ends the member's right to write anything until its next
+// assignment.
+func (m *Member) loseAll(why error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.lost = why
+	if len(m.items) > 0 {
+		m.log.Warn("group membership lost: this agent stops writing", "group", m.cfg.Group, "items", len(m.items), "reason", why)
+	}
+	m.items = map[string]Grant{}
+	m.notifyLocked()
+}
+
+// heartbeat keeps the member in the group until it must rejoin.
+func (m *Member) heartbeat(ctx context.Context) error {
+	every := m.cfg.SessionTimeout / 10
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-m.rejoin:
+			return errRejoin
+		case <-tick.C:
+		}
+		if m.held.Load() {
+			continue
+		}
+		m.mu.Lock()
+		req := kmsg.NewPtrHeartbeatRequest()
+		req.Group, req.Generation, req.MemberID, req.InstanceID = m.cfg.Group, m.gen, m.memberID, &m.cfg.AgentID
+		m.mu.Unlock()
+		sent := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, m.cfg.SessionTimeout)
+		resp, err := req.RequestWith(rctx, m.cl)
+		cancel()
+		if err != nil {
+			m.log.Debug("heartbeat failed", "group", m.cfg.Group, "error", err)
+			continue // the session clock runs; Check stops writes in time
+		}
+		switch err := kerr.ErrorForCode(resp.ErrorCode); {
+		case err == nil:
+			m.mu.Lock()
+			m.aliveLocked(sent)
+			m.mu.Unlock()
+		case errors.Is(err, kerr.RebalanceInProgress):
+			m.mu.Lock()
+			m.aliveLocked(sent)
+			m.mu.Unlock()
+			return errRejoin // keeping what it owns (cooperative)
+		case errors.Is(err, kerr.FencedInstanceID):
+			return fmt.Errorf("%w (agent_id %q): %v", ErrInstanceFenced, m.cfg.AgentID, err)
+		case errors.Is(err, kerr.UnknownMemberID), errors.Is(err, kerr.IllegalGeneration):
+			m.loseAll(fmt.Errorf("the group moved on without this member: %v", err))
+			if errors.Is(err, kerr.UnknownMemberID) {
+				m.mu.Lock()
+				m.memberID = ""
+				m.mu.Unlock()
+			}
+			return errRejoin
+		default:
+			m.log.Debug("heartbeat refused", "group", m.cfg.Group, "error", err)
+		}
+	}
+}
+
+// leave leaves the group; the member's items become orphans.
+func (m *Member) leave() {
+	m.loseAll(errors.New("left the group"))
+	m.mu.Lock()
+	memberID := m.memberID
+	m.mu.Unlock()
+	if memberID == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrLeaveGroupRequest()
+	req.Group = m.cfg.Group
+	mem := kmsg.NewLeaveGroupRequestMember()
+	mem.MemberID, mem.InstanceID = memberID, &m.cfg.AgentID
+	req.Members = append(req.Members, mem)
+	if _, err := req.RequestWith(ctx, m.cl); err != nil {
+		m.log.Warn("leaving the group", "group", m.cfg.Group, "error", err)
+	}
+}

@@ -1,0 +1,354 @@
+package membership
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
+)
+
+// The session of the live tests: Kafka's group.min.session.timeout.ms
+// (6 s) is the least a broker accepts.
+const (
+	testSession = 6 * time.Second
+	testGrace   = 500 * time.Millisecond
+)
+
+// agentUnderTest is a member and what a caller of it does: on every change
+// of its view it notes its grants and releases what it lost (its writes
+// "returned" at once).
+type agentUnderTest struct {
+	id string
+	m  *Member
+
+	mu     sync.Mutex
+	grants map[string]Grant // every item it held since start, latest grant
+	lost   map[string]bool  // items it lost at some point
+	done   chan struct{}
+}
+
+func startAgent(t *testing.T, boot []string, group, id string, work []Item) *agentUnderTest {
+	t.Helper()
+	m, err := Join(Config{
+		Destination: []kgo.Opt{kgo.SeedBrokers(boot...)},
+		Group:       group, AgentID: id,
+		SessionTimeout: testSession, WriteGrace: testGrace,
+		Items:  func() []Item { return work },
+		Logger: hclog.New(&hclog.LoggerOptions{Name: "member-" + id, Level: hclog.Warn, Output: devclustertest.Writer(t)}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &agentUnderTest{id: id, m: m, grants: map[string]Grant{}, lost: map[string]bool{}, done: make(chan struct{})}
+	go a.follow()
+	t.Cleanup(a.close)
+	return a
+}
+
+func (a *agentUnderTest) follow() {
+	held := map[string]bool{}
+	for {
+		ch := a.m.Changed()
+		v := a.m.View()
+		var gone []string
+		a.mu.Lock()
+		for k, g := range v.Items {
+			a.grants[k] = g
+		}
+		for k := range held {
+			if _, ok := v.Items[k]; !ok {
+				a.lost[k] = true
+				gone = append(gone, k)
+			}
+		}
+		a.mu.Unlock()
+		held = map[string]bool{}
+		for k := range v.Items {
+			held[k] = true
+		}
+		if len(gone) > 0 {
+			a.m.Released(gone...)
+		}
+		select {
+		case <-ch:
+		case <-a.done:
+			return
+		}
+	}
+}
+
+// grant returns a's latest grant of item k.
+func (a *agentUnderTest) grant(k string) (Grant, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	g, ok := a.grants[k]
+	return g, ok
+}
+
+func (a *agentUnderTest) close() {
+	select {
+	case <-a.done:
+		return
+	default:
+	}
+	close(a.done)
+	a.m.Close()
+}
+
+// kill stops the member the way SIGKILL does: no LeaveGroup, no more
+// heartbeats.
+func (a *agentUnderTest) kill() {
+	a.m.mu.Lock()
+	a.m.silent = true
+	a.m.mu.Unlock()
+	a.close()
+}
+
+// waitSettled waits until the live agents' views cover every item exactly
+// once with no rebalance pending, and returns item → agent.
+func waitSettled(t *testing.T, agents []*agentUnderTest, work []Item) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	var why string
+	for time.Now().Before(deadline) {
+		owner := map[string]string{}
+		why = ""
+		gens := map[int32]bool{}
+		for _, a := range agents {
+			v := a.m.View()
+			gens[v.Generation] = true
+			if len(v.Members) != len(agents) {
+				why = fmt.Sprintf("agent %s sees %d members, want %d", a.id, len(v.Members), len(agents))
+			}
+			for k := range v.Items {
+				if o, dup := owner[k]; dup {
+					why = fmt.Sprintf("item %s held by %s and %s", k, o, a.id)
+				}
+				owner[k] = a.id
+			}
+		}
+		if why == "" && len(gens) != 1 {
+			why = fmt.Sprintf("generations %v", slices.Collect(maps.Keys(gens)))
+		}
+		if why == "" && len(owner) != len(work) {
+			why = fmt.Sprintf("%d of %d items held", len(owner), len(work))
+		}
+		if why == "" {
+			return owner
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("the group did not settle: %s", why)
+	return nil
+}
+
+func countBy(owner map[string]string) map[string]int {
+	n := map[string]int{}
+	for _, a := range owner {
+		n[a]++
+	}
+	return n
+}
+
+// TestGroup runs agents as members of one group on each engine: three
+// share twelve items evenly; a fourth joins and takes three, handed on by
+// the others without a wait while they keep the rest without a pause; one
+// is killed and its items go to the others as orphans, granted only after
+// it stopped writing and writable only after the session and write grace;
+// one is frozen past its session and resumes, and its items are handed on
+// only after it stopped writing; one is replaced by a new process with its
+// agent id, which waits before writing what its old process held.
+func TestGroup(t *testing.T) {
+	for _, engine := range []devcluster.EngineKind{devcluster.Embedded, devcluster.Kafka} {
+		t.Run(string(engine), func(t *testing.T) { testGroup(t, engine) })
+	}
+}
+
+func testGroup(t *testing.T, engine devcluster.EngineKind) {
+	c := devclustertest.Start(t, devcluster.Engine(engine), devcluster.Name("group-"+string(engine)))
+	boot := c.Bootstrap()
+	group := "kmirror-test-" + string(engine)
+	var work []Item
+	for i := range 12 {
+		work = append(work, Item{Key: fmt.Sprintf("orders/%d", i)})
+	}
+	agents := []*agentUnderTest{
+		startAgent(t, boot, group, "a", work),
+		startAgent(t, boot, group, "b", work),
+		startAgent(t, boot, group, "c", work),
+	}
+	owner := waitSettled(t, agents, work)
+	if n := countBy(owner); n["a"] != 4 || n["b"] != 4 || n["c"] != 4 {
+		t.Fatalf("three agents: %v items each, want 4", n)
+	}
+	t.Logf("three agents: %v", countBy(owner))
+
+	// A fourth joins: each of the three hands one item on, keeps three.
+	before := owner
+	grantsBefore := map[string]map[string]Grant{}
+	for _, a := range agents {
+		grantsBefore[a.id] = a.m.View().Items
+	}
+	agents = append(agents, startAgent(t, boot, group, "d", work))
+	owner = waitSettled(t, agents, work)
+	if n := countBy(owner); n["a"] != 3 || n["b"] != 3 || n["c"] != 3 || n["d"] != 3 {
+		t.Fatalf("four agents: %v, want 3 each", n)
+	}
+	for k, o := range owner {
+		switch {
+		case o == "d":
+			g, _ := agents[3].grant(k)
+			if !g.WritableAt.Equal(g.Since) {
+				t.Errorf("item %s handed on to d must be writable at once: granted %v, writable %v later", k, g.Since, g.WritableAt.Sub(g.Since))
+			}
+		case before[k] != o:
+			t.Errorf("item %s moved from %s to %s: only d's share may move", k, before[k], o)
+		}
+	}
+	for _, a := range agents[:3] {
+		a.mu.Lock()
+		for k := range a.lost {
+			if owner[k] == a.id {
+				t.Errorf("agent %s lost item %s during the join and got it back: it must keep it without a pause", a.id, k)
+			}
+		}
+		a.mu.Unlock()
+		if k := firstOf(owner, a.id); a.m.View().Items[k] != grantsBefore[a.id][k] {
+			t.Errorf("agent %s's grant of %s changed in the join: %+v, then %+v", a.id, k, grantsBefore[a.id][k], a.m.View().Items[k])
+		}
+	}
+	t.Logf("a fourth agent: %v", countBy(owner))
+
+	// c is killed: its items become orphans of the others.
+	c3 := agents[2]
+	cItems := itemsOf(owner, "c")
+	killedAt := time.Now()
+	c3.kill()
+	fenced := c3.m.fencedAt()
+	agents = slices.Delete(agents, 2, 3)
+	owner = waitSettled(t, agents, work)
+	for _, k := range cItems {
+		o := owner[k]
+		var g Grant
+		for _, a := range agents {
+			if a.id == o {
+				g, _ = a.grant(k)
+			}
+		}
+		if !g.Since.After(fenced) {
+			t.Errorf("item %s of the killed agent went to %s at %v, before the killed agent stopped writing (%v): two writers",
+				k, o, g.Since.Sub(killedAt), fenced.Sub(killedAt))
+		}
+		if got, want := g.WritableAt.Sub(g.Since), testSession+testGrace; got != want {
+			t.Errorf("orphan %s is writable %v after its grant, want %v", k, got, want)
+		}
+		if err := c3.m.Check(k); err == nil {
+			t.Errorf("the killed agent may still write %s", k)
+		}
+	}
+	t.Logf("killed c: its %d items granted %v after the kill, c stopped writing %v after it; %v",
+		len(cItems), latestGrant(agents, cItems).Sub(killedAt).Round(time.Millisecond), fenced.Sub(killedAt).Round(time.Millisecond), countBy(owner))
+
+	// b is frozen (no heartbeat) past its session, then resumes: the
+	// others get its items only after it stopped writing, it finds it may
+	// not write the moment it resumes, and it rejoins.
+	b := agents[1]
+	bItems := itemsOf(owner, "b")
+	b.m.held.Store(true)
+	frozenAt := time.Now()
+	bFenced := b.m.fencedAt()
+	others := []*agentUnderTest{agents[0], agents[2]}
+	owner = waitSettled(t, others, work)
+	for _, k := range bItems {
+		for _, a := range others {
+			g, ok := a.grant(k)
+			if ok && a.id == owner[k] && !g.Since.After(bFenced) {
+				t.Errorf("item %s of the frozen agent went to %s %v after the freeze, before the frozen agent stopped writing (%v after)",
+					k, a.id, g.Since.Sub(frozenAt), bFenced.Sub(frozenAt))
+			}
+		}
+	}
+	b.m.held.Store(false)
+	for _, k := range bItems {
+		if err := b.m.Check(k); err == nil {
+			t.Errorf("the frozen agent, resumed, may write %s", k)
+		}
+	}
+	owner = waitSettled(t, agents, work)
+	t.Logf("froze b: its %d items granted to the others %v after the freeze, b stopped writing %v after it; resumed: %v",
+		len(bItems), latestGrant(others, bItems).Sub(frozenAt).Round(time.Millisecond), bFenced.Sub(frozenAt).Round(time.Millisecond), countBy(owner))
+
+	// a's process is replaced by a new one with its agent id (a restart;
+	// the old one is gone without leaving).
+	old := agents[0]
+	aItems := itemsOf(owner, "a")
+	old.kill()
+	oldFenced := old.m.fencedAt()
+	agents[0] = startAgent(t, boot, group, "a", work)
+	owner = waitSettled(t, agents, work)
+	for _, k := range aItems {
+		if owner[k] != "a" {
+			continue // moved in a rebalance: granted as an orphan, checked below
+		}
+		g, _ := agents[0].grant(k)
+		if !g.WritableAt.After(oldFenced) || g.WritableAt.Sub(g.Since) != testSession+testGrace {
+			t.Errorf("item %s of the replaced process: the new process may write it %v after its grant (the old one stopped %v before that grant)",
+				k, g.WritableAt.Sub(g.Since), g.Since.Sub(oldFenced))
+		}
+	}
+	for k, o := range owner {
+		if slices.Contains(aItems, k) && o != "a" {
+			for _, a := range agents {
+				if g, _ := a.grant(k); a.id == o && !g.WritableAt.After(oldFenced) {
+					t.Errorf("item %s of the replaced process went to %s, writable before the old process stopped", k, o)
+				}
+			}
+		}
+	}
+	err := agents[0].m.Check(firstOf(owner, "a"))
+	if err == nil || !strings.Contains(err.Error(), "previous owner did not release it") {
+		t.Errorf("the new process of a may write at once: %v", err)
+	}
+	t.Logf("restarted a: %v", countBy(owner))
+}
+
+func itemsOf(owner map[string]string, agent string) []string {
+	var out []string
+	for k, o := range owner {
+		if o == agent {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func firstOf(owner map[string]string, agent string) string {
+	if ks := itemsOf(owner, agent); len(ks) > 0 {
+		return ks[0]
+	}
+	return ""
+}
+
+func latestGrant(agents []*agentUnderTest, ks []string) time.Time {
+	var last time.Time
+	for _, a := range agents {
+		a.mu.Lock()
+		for _, k := range ks {
+			if g, ok := a.grants[k]; ok && g.Since.After(last) {
+				last = g.Since
+			}
+		}
+		a.mu.Unlock()
+	}
+	return last
+}
