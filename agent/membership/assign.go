@@ -19,12 +19,21 @@ func (it Item) weight() int64 { return max(it.Weight, 1) }
 type memberMeta struct {
 	Version int    `json:"v"`
 	Agent   string `json:"agent"`
+	// Process tells this process from another of the same agent id.
+	Process string `json:"process,omitempty"`
+	// Previous are the members of the last generation it was assigned in,
+	// PreviousGen (none for a process that never was).
+	Previous    []MemberLoad `json:"previous,omitempty"`
+	PreviousGen int32        `json:"previous_gen,omitempty"`
 	// Owned are the items it writes now, with their weights as it
 	// measures them.
 	Owned []Item `json:"owned,omitempty"`
 	// Released are items it stopped writing since the last generation,
 	// every write of them returned: the next owner need not wait.
 	Released []string `json:"released,omitempty"`
+	// Waiting are items it lost while still waiting out an earlier owner
+	// that may be inside its session: their next owner waits as long.
+	Waiting []string `json:"waiting,omitempty"`
 }
 
 // assignment is what the leader gives one member.
@@ -32,10 +41,15 @@ type assignment struct {
 	Version int `json:"v"`
 	// Items are the member's items this generation.
 	Items []string `json:"items,omitempty"`
-	// Orphans are those of Items whose last owner did not release them: it
-	// may still write until its session ran out and its last writes
-	// landed.
+	// Orphans are those of Items whose last owner did not release them:
+	// its last writes may still be on their way.
 	Orphans []string `json:"orphans,omitempty"`
+	// Replaced: a member of the previous generation was replaced by a new
+	// process of its agent id (or the previous generation is not known),
+	// or an orphan given here was lost by a member still waiting out an
+	// earlier owner (Waiting): an orphan's last owner may still be inside
+	// its session, not only its last writes on their way.
+	Replaced bool `json:"replaced,omitempty"`
 	// Rejoin: some items move from one member to another this round; each
 	// member rejoins once it has stopped what it lost, and the next round
 	// hands them on.
@@ -47,9 +61,10 @@ type assignment struct {
 
 // MemberLoad is one member's share of a generation.
 type MemberLoad struct {
-	Agent  string `json:"agent"`
-	Items  int    `json:"items"`
-	Weight int64  `json:"weight"`
+	Agent   string `json:"agent"`
+	Process string `json:"process,omitempty"`
+	Items   int    `json:"items"`
+	Weight  int64  `json:"weight"`
 }
 
 // joined is a member as the leader sees it in a JoinGroup answer.
@@ -67,7 +82,10 @@ type joined struct {
 //     and the next round gives them on as released.
 //   - Items nobody owns go to the least loaded member, heaviest first;
 //     those no member released are orphans (the owner died or was
-//     replaced), which the new owner waits out before its first write.
+//     replaced), which the new owner waits out before its first write:
+//     longer when some member of the previous generation was replaced by a
+//     new process (Replaced), as its old process may still be inside its
+//     session.
 //
 // Members are identified by member id; the result is keyed the same way.
 func assign(items []Item, members []joined) map[string]assignment {
@@ -89,8 +107,11 @@ func assign(items []Item, members []joined) map[string]assignment {
 	}
 	// The owners' measured weights replace the leader's guess.
 	claims := map[string]int{}
-	released := map[string]bool{}
+	released, waiting := map[string]bool{}, map[string]bool{}
 	for _, m := range members {
+		for _, k := range m.meta.Waiting {
+			waiting[k] = true
+		}
 		for _, it := range m.meta.Owned {
 			// An item the leader does not know yet (its view of the
 			// mirrors lags the owner's) stays with its owner; an owner
@@ -161,12 +182,42 @@ func assign(items []Item, members []joined) map[string]assignment {
 	}
 	loads := make([]MemberLoad, len(members))
 	for i, m := range members {
-		loads[i] = MemberLoad{Agent: m.meta.Agent, Items: len(mine[i]), Weight: load[i]}
+		loads[i] = MemberLoad{Agent: m.meta.Agent, Process: m.meta.Process, Items: len(mine[i]), Weight: load[i]}
 	}
+	replaced := replacedSince(members)
 	for i, m := range members {
 		slices.Sort(mine[i])
 		slices.Sort(orphans[i])
-		out[m.id] = assignment{Version: 1, Items: mine[i], Orphans: orphans[i], Rejoin: moving, Members: loads}
+		long := replaced || slices.ContainsFunc(orphans[i], func(k string) bool { return waiting[k] })
+		out[m.id] = assignment{Version: 1, Items: mine[i], Orphans: orphans[i], Rejoin: moving, Replaced: long, Members: loads}
 	}
 	return out
+}
+
+// replacedSince says whether a member of the previous generation, as the
+// member assigned most recently remembers it, is here now as another process of its agent id; or
+// whether no member knows the previous generation. A previous member that
+// is gone was removed by the coordinator when its session ran out (or it
+// left): by then it had stopped writing.
+func replacedSince(members []joined) bool {
+	var previous []MemberLoad
+	gen := int32(-1)
+	for _, m := range members {
+		if len(m.meta.Previous) > 0 && m.meta.PreviousGen > gen {
+			previous, gen = m.meta.Previous, m.meta.PreviousGen
+		}
+	}
+	if previous == nil {
+		return true
+	}
+	now := map[string]string{}
+	for _, m := range members {
+		now[m.meta.Agent] = m.meta.Process
+	}
+	for _, p := range previous {
+		if proc, here := now[p.Agent]; here && proc != p.Process {
+			return true
+		}
+	}
+	return false
 }

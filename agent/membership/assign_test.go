@@ -142,3 +142,57 @@ func TestAssign(t *testing.T) {
 		})
 	}
 }
+
+func TestReplacedSince(t *testing.T) {
+	prev := []MemberLoad{{Agent: "a", Process: "p1"}, {Agent: "b", Process: "p2"}, {Agent: "c", Process: "p3"}}
+	for _, tc := range []struct {
+		name    string
+		members []joined
+		want    bool
+	}{{
+		name:    "nobody knows the previous generation",
+		members: []joined{{id: "1", meta: memberMeta{Agent: "a", Process: "p1"}}},
+		want:    true,
+	}, {
+		name: "every previous member is here as the same process, or gone",
+		members: []joined{
+			{id: "1", meta: memberMeta{Agent: "a", Process: "p1", Previous: prev, PreviousGen: 4}},
+			{id: "2", meta: memberMeta{Agent: "b", Process: "p2", Previous: prev, PreviousGen: 4}},
+		},
+	}, {
+		name: "a previous member is here as another process",
+		members: []joined{
+			{id: "1", meta: memberMeta{Agent: "a", Process: "p9"}},
+			{id: "2", meta: memberMeta{Agent: "b", Process: "p2", Previous: prev, PreviousGen: 4}},
+		},
+		want: true,
+	}, {
+		name: "the newest previous generation counts",
+		members: []joined{
+			{id: "1", meta: memberMeta{Agent: "a", Process: "p9", Previous: []MemberLoad{{Agent: "a", Process: "p9"}}, PreviousGen: 5}},
+			{id: "2", meta: memberMeta{Agent: "b", Process: "p2", Previous: prev, PreviousGen: 4}},
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := replacedSince(tc.members); got != tc.want {
+				t.Errorf("replacedSince: %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestAssignWaiting: an item a member lost while waiting out an earlier
+// owner keeps its long wait with its next owner, and only there.
+func TestAssignWaiting(t *testing.T) {
+	prev := []MemberLoad{{Agent: "a", Process: "p1"}, {Agent: "b", Process: "p2"}}
+	got := assign(items(4), []joined{
+		{id: "m-a", meta: memberMeta{Agent: "a", Process: "p1", Previous: prev, PreviousGen: 3, Owned: owned("t/00"), Waiting: []string{"t/02"}}},
+		{id: "m-b", meta: memberMeta{Agent: "b", Process: "p2", Previous: prev, PreviousGen: 3, Owned: owned("t/01")}},
+	})
+	for id, a := range got {
+		long := slices.Contains(a.Orphans, "t/02")
+		if a.Replaced != long {
+			t.Errorf("member %s: orphans %v, replaced %v; want the long wait exactly where t/02 goes", id, a.Orphans, a.Replaced)
+		}
+	}
+}

@@ -27,19 +27,28 @@
 //     it, waits until its writes returned, and rejoins saying it released
 //     it; only the next generation gives it to another member, which
 //     writes at once: every write of the old owner was answered before.
-//   - Orphaned (the owner died, was frozen, lost its network, or a new
+//   - Orphaned (the owner died, was frozen, lost its network, left, or a new
 //     process took its instance id): the coordinator removes a member only
 //     when the session timeout passed since the last request of it that it
-//     received (or, for a static member, when a new instance joins with its
-//     id). A request the coordinator received was sent before, so by rule 2
-//     the old owner stopped writing before it was removed, but for a member
-//     replaced by a new instance, which may still be inside its session.
-//     Its writes already sent may still be on their way. So the new owner
-//     of an orphan waits the session timeout and Config.WriteGrace from
-//     when it got the item before its first write. Every item of a
-//     process's first assignment is treated as an orphan: a static member's
-//     new process is handed its previous instance's items, which that
-//     instance never released.
+//     received (a request it received was sent before, so by rule 2 the
+//     member had stopped writing), when it fails to rejoin within the
+//     rebalance timeout (at least the session timeout: the same holds), when
+//     it leaves (it stops first), or, for a static member, at once when a
+//     new process joins with its id, while the old process may still be
+//     inside its session. So the new owner of an orphan waits
+//     Config.WriteGrace for the old owner's writes already on their way,
+//     and the session timeout besides when some member of the previous
+//     generation is now another process of its agent id (assignment's
+//     Replaced), or when this is the process's first assignment (a static
+//     member's new process is handed its previous instance's items, which
+//     that instance never released).
+//
+// A member that got an item as an orphan and loses or leaves it before that
+// wait ended would hand it on as released, or as an orphan of a member that
+// is gone, cutting the wait short: it reports the release only once the
+// wait is over, names the item as still waiting when it rejoins (its next
+// owner then waits as long), and instead of leaving lets its session run
+// out.
 //
 // What the wait cannot stop is what the writer lease could not either
 // (agent/lease): a process frozen between its Check and its request
@@ -53,6 +62,8 @@ package membership
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -142,13 +153,21 @@ type Member struct {
 	leader   bool
 	items    map[string]Grant
 	members  []MemberLoad
-	weights  map[string]int64
-	released map[string]bool // released since the last join, to report
-	synced   bool            // this process has had an assignment
-	alive    time.Time       // send time of the last request answered as a member
-	lost     error           // why the member may not write at all, nil while it may
-	changed  chan struct{}   // closed and replaced when the view changes
-	rejoin   chan struct{}   // a rejoin was asked (Refresh, Released)
+	// membersGen is the generation of members.
+	membersGen int32
+	weights    map[string]int64
+	// released are items lost and stopped since the last join, to report,
+	// each at the time it may be reported: not before the end of its own
+	// wait, during which an earlier owner may still write it.
+	released map[string]time.Time
+	// lostWait is the wait of each item lost, kept until it is released.
+	lostWait map[string]time.Time
+	process  string        // tells this process from another of its agent id
+	synced   bool          // this process has had an assignment
+	alive    time.Time     // send time of the last request answered as a member
+	lost     error         // why the member may not write at all, nil while it may
+	changed  chan struct{} // closed and replaced when the view changes
+	rejoin   chan struct{} // a rejoin was asked (Refresh, Released)
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -183,6 +202,13 @@ func Join(cfg Config) (*Member, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
+	if cfg.RebalanceTimeout < cfg.SessionTimeout {
+		// A member that never rejoins is removed after the rebalance
+		// timeout; it must have stopped writing by then (package doc).
+		return nil, fmt.Errorf("membership: the rebalance timeout (%v) must be at least the session timeout (%v)", cfg.RebalanceTimeout, cfg.SessionTimeout)
+	}
+	var nonce [8]byte
+	_, _ = rand.Read(nonce[:])
 	cl, err := kgo.NewClient(cfg.Destination...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the destination for group %q: %w", cfg.Group, err)
@@ -190,7 +216,8 @@ func Join(cfg Config) (*Member, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Member{
 		cfg: cfg, log: cfg.Logger, cl: cl,
-		items: map[string]Grant{}, weights: map[string]int64{}, released: map[string]bool{},
+		items: map[string]Grant{}, weights: map[string]int64{}, released: map[string]time.Time{}, lostWait: map[string]time.Time{},
+		process: hex.EncodeToString(nonce[:]),
 		lost:    errors.New("not joined yet"),
 		changed: make(chan struct{}), rejoin: make(chan struct{}, 1),
 		cancel: cancel, done: make(chan struct{}),
@@ -264,15 +291,34 @@ func (m *Member) SetWeight(item string, w int64) {
 
 // Released tells the member that it stopped writing items it lost and
 // that every write of them returned; it rejoins so that they are handed on.
+//
+// An item lost before its own wait was over (this process got it as an
+// orphan, whose earlier owner may still write it) is reported only once
+// that wait is over: the next owner writes a released item at once.
 func (m *Member) Released(items ...string) {
 	m.mu.Lock()
+	var due time.Time
 	for _, k := range items {
-		if _, own := m.items[k]; !own {
-			m.released[k] = true
+		if _, own := m.items[k]; own {
+			continue
 		}
+		at := m.lostWait[k]
+		delete(m.lostWait, k)
+		m.released[k] = at
+		due = later(due, at)
 	}
 	m.mu.Unlock()
+	if wait := time.Until(due); wait > 0 {
+		time.AfterFunc(wait, m.askRejoin)
+	}
 	m.askRejoin()
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // Refresh asks for a new assignment: the work (Config.Items) changed.
@@ -331,7 +377,29 @@ var errRejoin = errors.New("rejoin")
 // joinAndSync runs one JoinGroup and SyncGroup.
 func (m *Member) joinAndSync(ctx context.Context) error {
 	m.mu.Lock()
-	meta := memberMeta{Version: 1, Agent: m.cfg.AgentID, Released: slices.Sorted(maps.Keys(m.released))}
+	meta := memberMeta{Version: 1, Agent: m.cfg.AgentID, Process: m.process, Previous: m.members, PreviousGen: m.membersGen}
+	now := time.Now()
+	var reported []string
+	for k, at := range m.released {
+		if !at.After(now) {
+			reported = append(reported, k)
+		}
+	}
+	slices.Sort(reported)
+	meta.Released = reported
+	for k, at := range m.lostWait {
+		if at.After(now) {
+			meta.Waiting = append(meta.Waiting, k)
+		} else {
+			delete(m.lostWait, k)
+		}
+	}
+	for k, at := range m.released {
+		if at.After(now) {
+			meta.Waiting = append(meta.Waiting, k)
+		}
+	}
+	slices.Sort(meta.Waiting)
 	for k := range m.items {
 		meta.Owned = append(meta.Owned, Item{Key: k, Weight: m.weights[k]})
 	}
@@ -376,7 +444,9 @@ func (m *Member) joinAndSync(ctx context.Context) error {
 		m.memberID, m.gen = resp.MemberID, resp.Generation
 		m.leader = resp.LeaderID == resp.MemberID
 		m.aliveLocked(sent)
-		clear(m.released) // reported
+		for _, k := range reported {
+			delete(m.released, k)
+		}
 		m.mu.Unlock()
 
 		sync := kmsg.NewPtrSyncGroupRequest()
@@ -447,17 +517,30 @@ func (m *Member) apply(a assignment, sent time.Time, gen int32) {
 			continue
 		}
 		g := Grant{Since: now, WritableAt: now}
-		if orphan[k] || !m.synced {
+		switch {
+		case !m.synced || (orphan[k] && a.Replaced):
+			// Its last owner may be a process replaced by a new one of
+			// its agent id, still inside its session.
 			g.WritableAt = now.Add(m.cfg.SessionTimeout + m.cfg.WriteGrace)
+		case orphan[k]:
+			// Its last owner was removed when its session ran out, or
+			// left: it stopped writing before; its last writes may
+			// still be on their way.
+			g.WritableAt = now.Add(m.cfg.WriteGrace)
 		}
 		next[k] = g
+	}
+	for k, g := range m.items {
+		if _, kept := next[k]; !kept && g.WritableAt.After(now) {
+			m.lostWait[k] = g.WritableAt
+		}
 	}
 	for k := range m.weights {
 		if _, ok := next[k]; !ok {
 			delete(m.weights, k)
 		}
 	}
-	m.items, m.members, m.synced = next, a.Members, true
+	m.items, m.members, m.membersGen, m.synced = next, a.Members, gen, true
 	m.log.Info("group assignment", "group", m.cfg.Group, "generation", gen, "items", len(next), "orphans", len(a.Orphans), "members", len(a.Members), "rejoin", a.Rejoin)
 	// With a.Rejoin, the member that lost items rejoins once its caller
 	// says they are Released; the others rejoin when the coordinator
@@ -482,6 +565,12 @@ func (m *Member) loseAll(why error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.lost = why
+	now := time.Now()
+	for k, g := range m.items {
+		if g.WritableAt.After(now) {
+			m.lostWait[k] = g.WritableAt
+		}
+	}
 	if len(m.items) > 0 {
 		m.log.Warn("group membership lost: this agent stops writing", "group", m.cfg.Group, "items", len(m.items), "reason", why)
 	}
@@ -543,13 +632,26 @@ func (m *Member) heartbeat(ctx context.Context) error {
 	}
 }
 
-// leave leaves the group; the member's items become orphans.
+// leave leaves the group; the member's items become orphans. A member
+// holding an item still in its wait does not leave but lets its session
+// run out: the next owner, told its last owner left, would not wait for
+// the earlier owner this member was waiting for, while the coordinator
+// removes a silent member only a session after its last heartbeat, past
+// that wait's start plus the session.
 func (m *Member) leave() {
-	m.loseAll(errors.New("left the group"))
 	m.mu.Lock()
 	memberID := m.memberID
+	now := time.Now()
+	waiting := len(m.lostWait) > 0
+	for _, g := range m.items {
+		waiting = waiting || g.WritableAt.After(now)
+	}
+	for _, at := range m.released {
+		waiting = waiting || at.After(now)
+	}
 	m.mu.Unlock()
-	if memberID == "" {
+	m.loseAll(errors.New("left the group"))
+	if memberID == "" || waiting {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
