@@ -140,8 +140,11 @@ type Mirror struct {
 	next int64 // the destination log end: the offset the next write gets
 	src  int64 // the next source offset to mirror; below next only while absorbing extra markers
 	seq  int32 // next sequence of the plain writer's producer id
-	data txn   // the destination transaction for aborted source records
-	fill txn   // the filler transactional id (FillCoordinator)
+	// markersErr is why the destination last refused filler markers,
+	// until discard has checked the batches sent behind them.
+	markersErr error
+	data       txn // the destination transaction for aborted source records
+	fill       txn // the filler transactional id (FillCoordinator)
 	// aborted tracks the source's aborted transactions (see visibility.go).
 	aborted abortTracker
 	// lossReason says why LostRecords is not zero, kept as the reason of

@@ -2,8 +2,11 @@ package partition
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/writer"
@@ -110,6 +113,13 @@ func (m *Mirror) reap(ctx context.Context) error {
 		// after is not known to have landed.
 		m.next, m.seq = f.want, f.seq
 		if f.markers {
+			m.markersErr = err // what discard names if a batch landed behind them
+			if errors.Is(err, kerr.ClusterAuthorizationFailed) {
+				// Retrying cannot fix it, and would only say so in a
+				// debug line while the lag grows.
+				return fail(reason.DestinationRefused, "the destination refused the filler markers at offset %d: %v: the agent needs ALTER (Kafka 4) or CLUSTER_ACTION on the destination cluster to write them (kafka-acls.sh --add --allow-principal ... --operation Alter --cluster), or fillers = \"coordinator\"; then recover",
+					f.want, err)
+			}
 			return fmt.Errorf("writing %d filler markers at destination offset %d: %w", f.n, f.want, err)
 		}
 		return m.classifyProduce(err, writer.Producer{ID: m.cfg.ProducerID, Epoch: m.cfg.Epoch}, f.seq, f.want)
@@ -181,13 +191,20 @@ func (m *Mirror) discard(ctx context.Context, cause error) error {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), drainGrace)
 		defer cancel()
 	}
+	refusal := error(cause)
+	if m.markersErr != nil {
+		refusal = m.markersErr
+	}
+	m.markersErr = nil
+	shifted := false
 	for _, f := range m.flights {
 		off, err := f.x.Wait(ctx)
-		if err == nil && !f.markers && off != f.want {
+		if err == nil && !f.markers && off != f.want && !shifted {
+			shifted = true // the first batch off says where the shift starts
 			// Not a realign: the batch is in the log at the wrong
 			// offsets, which a resume would build on.
 			cause = fail(reason.MarkersRefused, "the destination refused the filler markers before the batch for offset %d (%v) and put that batch at offset %d: every offset from %d on is shifted; recreate the destination topic",
-				f.want, cause, off, off)
+				f.want, refusal, off, off)
 		}
 	}
 	clear(m.flights)
