@@ -140,11 +140,8 @@ type Mirror struct {
 	next int64 // the destination log end: the offset the next write gets
 	src  int64 // the next source offset to mirror; below next only while absorbing extra markers
 	seq  int32 // next sequence of the plain writer's producer id
-	// markersErr is why the destination last refused filler markers,
-	// until discard has checked the batches sent behind them.
-	markersErr error
-	data       txn // the destination transaction for aborted source records
-	fill       txn // the filler transactional id (FillCoordinator)
+	data txn   // the destination transaction for aborted source records
+	fill txn   // the filler transactional id (FillCoordinator)
 	// aborted tracks the source's aborted transactions (see visibility.go).
 	aborted abortTracker
 	// lossReason says why LostRecords is not zero, kept as the reason of
@@ -438,6 +435,8 @@ type failure struct {
 	// realign: a recover may clear the failure, and reason ends with
 	// recoverHint, which cannotAlign replaces after a recover.
 	realign bool
+	// refused is the destination's own answer, when it refused a write.
+	refused error
 }
 
 func (f *failure) Error() string { return f.reason }
@@ -456,7 +455,7 @@ func (f *failure) status(recovering bool) reason.Error {
 }
 
 // fail is a failure with code.
-func fail(code reason.Code, format string, args ...any) error {
+func fail(code reason.Code, format string, args ...any) *failure {
 	return &failure{code: code, reason: fmt.Sprintf(format, args...)}
 }
 

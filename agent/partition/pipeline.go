@@ -113,14 +113,7 @@ func (m *Mirror) reap(ctx context.Context) error {
 		// after is not known to have landed.
 		m.next, m.seq = f.want, f.seq
 		if f.markers {
-			m.markersErr = err // what discard names if a batch landed behind them
-			if errors.Is(err, kerr.ClusterAuthorizationFailed) {
-				// Retrying cannot fix it, and would only say so in a
-				// debug line while the lag grows.
-				return fail(reason.DestinationRefused, "the destination refused the filler markers at offset %d: %v: the agent needs ALTER (Kafka 4) or CLUSTER_ACTION on the destination cluster to write them (kafka-acls.sh --add --allow-principal ... --operation Alter --cluster), or fillers = \"coordinator\"; then recover",
-					f.want, err)
-			}
-			return fmt.Errorf("writing %d filler markers at destination offset %d: %w", f.n, f.want, err)
+			return classifyMarkers(err, f.n, f.want)
 		}
 		return m.classifyProduce(err, writer.Producer{ID: m.cfg.ProducerID, Epoch: m.cfg.Epoch}, f.seq, f.want)
 	}
@@ -140,6 +133,26 @@ func (m *Mirror) reap(ctx context.Context) error {
 		m.acked(f.want+int64(f.n), f.bytes, f.n)
 	}
 	return nil
+}
+
+// classifyMarkers turns the error of n filler markers for destination
+// offset at into what Run does with it: retry (a retriable or client
+// error), or fail the partition (the destination refused them for good:
+// retrying would only say so in a debug line while the lag grows).
+func classifyMarkers(err error, n int32, at int64) error {
+	var ke *kerr.Error
+	switch {
+	case !errors.As(err, &ke) || ke.Retriable:
+		return fmt.Errorf("writing %d filler markers at destination offset %d: %w", n, at, err)
+	case errors.Is(err, kerr.ClusterAuthorizationFailed):
+		f := fail(reason.DestinationRefused, "the destination refused the filler markers at offset %d: %v: the agent needs ALTER (Kafka 4) or CLUSTER_ACTION on the destination cluster to write them (kafka-acls.sh --add --allow-principal ... --operation Alter --cluster), or fillers = \"coordinator\"; then recover",
+			at, err)
+		f.refused = err
+		return f
+	}
+	f := fail(reason.DestinationRefused, "the destination refused the filler markers at offset %d: %v", at, err)
+	f.refused = err
+	return f
 }
 
 // reapReady checks every batch already answered, without waiting.
@@ -191,11 +204,12 @@ func (m *Mirror) discard(ctx context.Context, cause error) error {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), drainGrace)
 		defer cancel()
 	}
-	refusal := error(cause)
-	if m.markersErr != nil {
-		refusal = m.markersErr
+	// Name the destination's refusal, not the advice of the failure
+	// that carries it.
+	refusal := cause
+	if f := (*failure)(nil); errors.As(cause, &f) && f.refused != nil {
+		refusal = f.refused
 	}
-	m.markersErr = nil
 	shifted := false
 	for _, f := range m.flights {
 		off, err := f.x.Wait(ctx)

@@ -3,7 +3,9 @@ package partition
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,7 +14,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kmirror/kmirror/agent/writer"
 	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
+	"github.com/kmirror/kmirror/internal/reason"
 	rb "github.com/kmirror/kmirror/internal/recordbatch"
 )
 
@@ -110,6 +114,43 @@ func TestPipelineResendsAfterFailedBatch(t *testing.T) {
 				t.Errorf("%d produce requests for %d batches: the batches behind the refused one were not sent again", got, batches)
 			}
 			t.Logf("%d produce requests for %d batches, %d behind the refused one", writes.n.Load(), batches, behind.Load())
+		})
+	}
+}
+
+// TestClassifyMarkers: refused filler markers are retried when retrying may
+// help and fail the partition when it cannot, naming the destination's own
+// refusal (which discard names in MARKERS_REFUSED).
+func TestClassifyMarkers(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		code reason.Code // "" for a retry
+		says string
+	}{
+		{name: "not the leader any more", err: kerr.NotLeaderForPartition},
+		{name: "not sent after an earlier refusal", err: writer.ErrNotSent},
+		{name: "no right to write markers", err: kerr.ClusterAuthorizationFailed, code: reason.DestinationRefused, says: "ALTER (Kafka 4) or CLUSTER_ACTION"},
+		{name: "refused for good otherwise", err: kerr.InvalidRecord, code: reason.DestinationRefused, says: "refused the filler markers at offset 7: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := classifyMarkers(&writer.ProduceError{Topic: "t", Markers: true, Err: tc.err}, 2, 7)
+			var f *failure
+			if !errors.As(err, &f) {
+				if tc.code != "" {
+					t.Fatalf("%v: retried, want %s", err, tc.code)
+				}
+				if !errors.Is(err, tc.err) {
+					t.Errorf("the retried error %v does not carry %v", err, tc.err)
+				}
+				return
+			}
+			if tc.code == "" {
+				t.Fatalf("%v: failed with %s, want a retry", err, f.code)
+			}
+			if f.code != tc.code || !strings.Contains(f.reason, tc.says) || !errors.Is(f.refused, tc.err) {
+				t.Errorf("failed with %s %q (refused %v); want %s saying %q, refused %v", f.code, f.reason, f.refused, tc.code, tc.says, tc.err)
+			}
 		})
 	}
 }
