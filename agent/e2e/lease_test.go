@@ -33,12 +33,13 @@ const (
 // active agent is killed (SIGKILL, then started again as a standby) or
 // frozen (SIGSTOP, resumed with SIGCONT once the other took over),
 // alternating. Each time the other agent must take over by the lease's
-// protocol (its log shows one claim, then the takeover wait before its first
-// write) and within a bounded time; a resumed agent must find it lost the lease and stay a standby; the
-// produce requests the agent had on the way are held and land late, after
-// the new agent's first writes (deduplicated or rejected); and at the end the
-// destination is offset-identical to the source at both isolation levels
-// with no destination transaction left open.
+// protocol (its log shows one claim, then the takeover wait before its
+// first write) and within a bounded time; a resumed agent must find it lost
+// the lease and stay a standby; the produce requests the agent had on the
+// way are held and land late, after the new agent's first writes
+// (deduplicated or rejected); and at the end the destination is
+// offset-identical to the source at both isolation levels with no
+// destination transaction left open.
 //
 // KMIRROR_LEASE_SEED=N replays a run's pauses.
 func TestLeaseTakeover(t *testing.T) {
@@ -267,12 +268,8 @@ type leaseLine struct {
 // the other agent was stopped, each line's time relative to it.
 func leaseLines(t *testing.T, a *agentProcess, since time.Time) []leaseLine {
 	t.Helper()
-	b, err := os.ReadFile(a.logPath)
-	if err != nil {
-		t.Fatalf("reading the log of %s: %v", a.name, err)
-	}
 	var out []leaseLine
-	for line := range strings.Lines(string(b)) {
+	for line := range strings.Lines(agentLog(t, a)) {
 		stamp, rest, ok := strings.Cut(line, " ")
 		at, err := time.Parse("2006-01-02T15:04:05.000Z0700", stamp)
 		if !ok || err != nil || at.Before(since.Truncate(time.Millisecond)) || !strings.Contains(rest, "lease") {
@@ -327,12 +324,18 @@ func formatLeaseLines(lines []leaseLine) string {
 	return out.String()
 }
 
-// lostLeaseLines counts the times the agent's log says it lost the lease.
-func lostLeaseLines(t *testing.T, a *agentProcess) int {
+// agentLog returns a's log so far.
+func agentLog(t *testing.T, a *agentProcess) string {
 	t.Helper()
 	b, err := os.ReadFile(a.logPath)
 	if err != nil {
 		t.Fatalf("reading the log of %s: %v", a.name, err)
 	}
-	return strings.Count(string(b), "writer lease lost: this agent stops writing")
+	return string(b)
+}
+
+// lostLeaseLines counts the times the agent's log says it lost the lease.
+func lostLeaseLines(t *testing.T, a *agentProcess) int {
+	t.Helper()
+	return strings.Count(agentLog(t, a), "writer lease lost: this agent stops writing")
 }

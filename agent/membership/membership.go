@@ -271,7 +271,8 @@ func (m *Member) liveLocked() error {
 	if m.lost != nil {
 		return fmt.Errorf("%w: %v", ErrNotOwner, m.lost)
 	}
-	if age, limit := time.Since(m.alive), m.cfg.SessionTimeout-margin(m.cfg.SessionTimeout); age >= limit {
+	if !time.Now().Before(m.fencedAtLocked()) {
+		age := time.Since(m.alive)
 		return fmt.Errorf("%w: the group coordinator last answered a request of this agent sent %v ago; its session lasts %v (less a margin of %v)",
 			ErrNotOwner, age.Round(time.Millisecond), m.cfg.SessionTimeout, margin(m.cfg.SessionTimeout))
 	}
@@ -369,6 +370,10 @@ func (m *Member) run(ctx context.Context) {
 func (m *Member) fencedAt() time.Time {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.fencedAtLocked()
+}
+
+func (m *Member) fencedAtLocked() time.Time {
 	return m.alive.Add(m.cfg.SessionTimeout - margin(m.cfg.SessionTimeout))
 }
 
@@ -379,14 +384,13 @@ func (m *Member) joinAndSync(ctx context.Context) error {
 	m.mu.Lock()
 	meta := memberMeta{Version: 1, Agent: m.cfg.AgentID, Process: m.process, Previous: m.members, PreviousGen: m.membersGen}
 	now := time.Now()
-	var reported []string
 	for k, at := range m.released {
-		if !at.After(now) {
-			reported = append(reported, k)
+		if at.After(now) {
+			meta.Waiting = append(meta.Waiting, k)
+		} else {
+			meta.Released = append(meta.Released, k)
 		}
 	}
-	slices.Sort(reported)
-	meta.Released = reported
 	for k, at := range m.lostWait {
 		if at.After(now) {
 			meta.Waiting = append(meta.Waiting, k)
@@ -394,12 +398,9 @@ func (m *Member) joinAndSync(ctx context.Context) error {
 			delete(m.lostWait, k)
 		}
 	}
-	for k, at := range m.released {
-		if at.After(now) {
-			meta.Waiting = append(meta.Waiting, k)
-		}
-	}
+	slices.Sort(meta.Released)
 	slices.Sort(meta.Waiting)
+	reported := meta.Released
 	for k := range m.items {
 		meta.Owned = append(meta.Owned, Item{Key: k, Weight: m.weights[k]})
 	}
@@ -607,15 +608,13 @@ func (m *Member) heartbeat(ctx context.Context) error {
 			continue // the session clock runs; Check stops writes in time
 		}
 		switch err := kerr.ErrorForCode(resp.ErrorCode); {
-		case err == nil:
+		case err == nil, errors.Is(err, kerr.RebalanceInProgress):
 			m.mu.Lock()
 			m.aliveLocked(sent)
 			m.mu.Unlock()
-		case errors.Is(err, kerr.RebalanceInProgress):
-			m.mu.Lock()
-			m.aliveLocked(sent)
-			m.mu.Unlock()
-			return errRejoin // keeping what it owns (cooperative)
+			if err != nil {
+				return errRejoin // keeping what it owns (cooperative)
+			}
 		case errors.Is(err, kerr.FencedInstanceID):
 			return fmt.Errorf("%w (agent_id %q): %v", ErrInstanceFenced, m.cfg.AgentID, err)
 		case errors.Is(err, kerr.UnknownMemberID), errors.Is(err, kerr.IllegalGeneration):
