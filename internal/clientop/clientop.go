@@ -150,7 +150,8 @@ type ConsumeGroup struct {
 	MaxRecords int
 	// Isolation is ReadCommitted ("" too) or ReadUncommitted.
 	Isolation string
-	// Timeout bounds the whole read, group join included; 0: 15 s.
+	// Timeout bounds the read from the group's assignment on (joining is
+	// bounded on its own: 60 s, then an error); 0: 15 s.
 	Timeout time.Duration
 	Commit  bool
 }

@@ -26,6 +26,8 @@ import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
+import java.util.Collection;
+import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -293,6 +295,9 @@ public final class KmirrorClient {
     int records;
   }
 
+  // JOIN_TIMEOUT_MS bounds consume-group's wait for its assignment.
+  static final long JOIN_TIMEOUT_MS = 60_000;
+
   static String consumeGroup(Flags f) {
     String topic = f.req("topic"), group = f.req("group");
     Properties p = consumerProps(f, group);
@@ -306,14 +311,32 @@ public final class KmirrorClient {
     long timeoutMs = f.integer("timeout-ms", 15000);
     boolean commit = f.bool("commit");
     f.done();
-    long deadline = System.nanoTime() + timeoutMs * 1_000_000L;
+    // The timeout counts from the group's assignment: joining (a JVM
+    // starting on a loaded machine, a rebalance after the previous member
+    // left) is bounded on its own, so that a slow join is an error that
+    // says so, never an empty read.
+    long joinDeadline = System.nanoTime() + JOIN_TIMEOUT_MS * 1_000_000L;
+    long[] deadline = {0};
     Map<Integer, Part> parts = new TreeMap<>();
     int total = 0;
     StringBuilder offsets = new StringBuilder();
     try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(p)) {
-      c.subscribe(List.of(topic));
+      c.subscribe(List.of(topic), new ConsumerRebalanceListener() {
+        @Override
+        public void onPartitionsRevoked(Collection<TopicPartition> tps) {}
+
+        @Override
+        public void onPartitionsAssigned(Collection<TopicPartition> tps) {
+          if (deadline[0] == 0) deadline[0] = System.nanoTime() + timeoutMs * 1_000_000L;
+        }
+      });
       while (total < max) {
-        long left = (deadline - System.nanoTime()) / 1_000_000L;
+        long now = System.nanoTime();
+        if (deadline[0] == 0 && now > joinDeadline) {
+          throw new Failure("group " + group + " was not assigned the partitions of " + topic + " within "
+              + JOIN_TIMEOUT_MS + " ms of joining");
+        }
+        long left = deadline[0] == 0 ? 200 : (deadline[0] - now) / 1_000_000L;
         if (left <= 0) break;
         ConsumerRecords<byte[], byte[]> recs;
         try {

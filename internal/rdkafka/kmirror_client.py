@@ -23,6 +23,8 @@ import time
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 TIMEOUT_S = 30.0
+# JOIN_TIMEOUT_S bounds consume_group's wait for its assignment.
+JOIN_TIMEOUT_S = 60
 
 
 class Failure(Exception):
@@ -231,10 +233,23 @@ def consume_group(a):
     parts = {}
     total = 0
     try:
-        c.subscribe([a.topic])
-        deadline = time.monotonic() + a.timeout_ms / 1000.0
+        # The timeout counts from the group's assignment: joining is bounded
+        # on its own (JOIN_TIMEOUT_S), so that a slow join is an error that
+        # says so, never an empty read.
+        deadline = []
+
+        def on_assign(consumer, partitions):
+            if not deadline:
+                deadline.append(time.monotonic() + a.timeout_ms / 1000.0)
+
+        c.subscribe([a.topic], on_assign=on_assign)
+        join_deadline = time.monotonic() + JOIN_TIMEOUT_S
         while total < a.max_records:
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            if not deadline and now > join_deadline:
+                raise Failure("group %s was not assigned the partitions of %s within %d ms of joining"
+                              % (a.group, a.topic, JOIN_TIMEOUT_S * 1000))
+            left = deadline[0] - now if deadline else 0.2
             if left <= 0:
                 break
             msg = c.poll(min(left, 0.2))
