@@ -567,6 +567,8 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusBadRequest, mirrorapi.CodeInvalidConfig, err.Error())
 	case errors.Is(err, coordinator.ErrThrottleNotFound):
 		writeError(w, http.StatusNotFound, mirrorapi.CodeThrottleNotFound, err.Error()+"; set one with PUT")
+	case errors.Is(err, coordinator.ErrNotRunHere):
+		writeError(w, http.StatusServiceUnavailable, mirrorapi.CodeNotActive, err.Error())
 	case errors.Is(err, coordinator.ErrMirrorNotFound):
 		writeError(w, http.StatusNotFound, mirrorapi.CodeMirrorNotFound, "name: "+err.Error())
 	case errors.Is(err, coordinator.ErrMirrorExists):

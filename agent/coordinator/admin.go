@@ -25,6 +25,9 @@ var (
 	ErrMirrorNotFound  = errors.New("mirror not found")
 	ErrMirrorExists    = errors.New("mirror already exists")
 	ErrMirrorHasTopics = errors.New("mirror has topics")
+	// ErrNotRunHere: in group mode, another agent runs the mirror (or
+	// this one does not yet); the message says which.
+	ErrNotRunHere = errors.New("this agent does not run the mirror")
 	// ErrFailbackRefused is wrapped by the errors of a failback that
 	// cannot go on as asked; the message says why and what to do.
 	ErrFailbackRefused = mirror.ErrFailbackRefused

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/kafkaconn"
 	"github.com/kmirror/kmirror/agent/leaders"
+	"github.com/kmirror/kmirror/agent/membership"
 	"github.com/kmirror/kmirror/agent/mirror"
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/agent/readonly"
@@ -75,7 +77,12 @@ type Config struct {
 	// changes, state records); an error refuses that write. The agent's
 	// writer lease (agent/lease, Term.Check) is the gate, so that an agent
 	// that lost the lease stops writing at once, whatever it was doing.
-	Gate   func() error
+	Gate func() error
+	// Owner, when set, divides the mirrors among the agents of the
+	// destination (group mode, group.go): the coordinator follows the
+	// state topic, runs only the mirrors the group gives it, and every
+	// write for one asks Owner whether this agent still owns it.
+	Owner  Owner
 	Logger hclog.Logger
 }
 
@@ -95,6 +102,11 @@ type Coordinator struct {
 	mu      sync.Mutex
 	runCtx  context.Context
 	mirrors map[string]*mirror.Runner
+	// stopping are mirrors the group took from this agent, closed once
+	// their runner stopped (group mode).
+	stopping map[string]chan struct{}
+	// granted are the items of the group's last view reconciled.
+	granted map[string]membership.Grant
 }
 
 // MirrorStatus is one mirror as describe shows it.
@@ -143,12 +155,13 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	w := writer.New(dst, leaders.New(dst))
 	w.SetGate(cfg.Gate)
 	c := &Coordinator{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		store:   store,
-		dst:     dst,
-		writer:  w,
-		mirrors: map[string]*mirror.Runner{},
+		cfg:      cfg,
+		log:      cfg.Logger,
+		store:    store,
+		dst:      dst,
+		writer:   w,
+		mirrors:  map[string]*mirror.Runner{},
+		stopping: map[string]chan struct{}{},
 		// The agent's own writing client: Check produces through a
 		// DENY with it to learn whether the agent is a super user.
 		ro: mirror.NewReadOnly(readonly.New(dstAdm, readonly.WithClient(dst), readonly.WithGate(cfg.Gate)), cfg.Logger),
@@ -232,6 +245,9 @@ func (c *Coordinator) Apply(ctx context.Context, spec mirrorspec.Spec) error {
 	} else if c.runCtx != nil {
 		c.startLocked(rec)
 	}
+	if c.cfg.Owner != nil {
+		c.cfg.Owner.Refresh() // a new mirror is offered to the group
+	}
 	return nil
 }
 
@@ -252,11 +268,15 @@ func (c *Coordinator) sourceOpts(spec mirrorspec.Spec) ([]kgo.Opt, error) {
 	return append(opts[:len(opts):len(opts)], kgo.ClientID(mirrorapi.SourceQuotaClientID(spec.Name))), nil
 }
 
-// Run runs every persisted mirror, and those applied later, until ctx ends.
+// Run runs every persisted mirror, and those applied later, until ctx ends;
+// in group mode (Config.Owner), those the group gives this agent.
 func (c *Coordinator) Run(ctx context.Context) error {
 	c.mu.Lock()
 	c.runCtx = ctx
 	for k, v := range c.store.All() {
+		if c.cfg.Owner != nil {
+			break // follow starts them
+		}
 		if !strings.HasPrefix(k, "mirror/") {
 			continue
 		}
@@ -268,27 +288,37 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		c.startLocked(rec)
 	}
 	c.mu.Unlock()
+	if c.cfg.Owner != nil {
+		c.follow(ctx)
+	}
 	<-ctx.Done()
 	c.mu.Lock()
 	ms := make([]*mirror.Runner, 0, len(c.mirrors))
 	for _, m := range c.mirrors {
 		ms = append(ms, m)
 	}
+	stopping := slices.Collect(maps.Values(c.stopping))
 	c.mu.Unlock()
 	for _, m := range ms {
 		m.Wait()
+	}
+	for _, done := range stopping {
+		<-done
 	}
 	return nil
 }
 
 func (c *Coordinator) startLocked(rec mirror.Record) {
+	if !c.writable(rec.Spec.Name) {
+		return // another agent runs it, or this one waits for it (group mode)
+	}
 	m := mirror.New(c.runners, rec)
 	var t mirrorapi.Throttle
 	if mirror.ReadRecord(c.store, throttleKey(rec.Spec.Name), &t) {
 		m.SetThrottle(&t) // before its first fetch
 	}
 	c.mirrors[rec.Spec.Name] = m
-	m.Start(c.runCtx) // Delete (admin.go) stops one mirror
+	m.Start(c.ownerCtx(c.runCtx, rec.Spec.Name)) // Delete (admin.go) stops one mirror
 }
 
 // Describe returns the status of every mirror, sorted by name.

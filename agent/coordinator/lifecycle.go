@@ -93,6 +93,12 @@ func (c *Coordinator) lifecycle(ctx context.Context, name string, topics []strin
 	if err != nil {
 		return err
 	}
+	if ok {
+		if err := c.ownerError(name); err != nil {
+			return err
+		}
+		ctx = c.ownerCtx(ctx, name)
+	}
 	m := c.running(name)
 	if !ok || m == nil {
 		return fmt.Errorf("mirror %q: %w", name, ErrMirrorNotFound)

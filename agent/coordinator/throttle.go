@@ -62,6 +62,10 @@ func (c *Coordinator) SetThrottle(ctx context.Context, name string, t mirrorapi.
 	if err != nil {
 		return err
 	}
+	if err := c.ownerError(name); err != nil {
+		return err // the runner that applies it is on another agent
+	}
+	ctx = c.ownerCtx(ctx, name)
 	var old mirrorapi.Throttle
 	hadQuota := mirror.ReadRecord(c.store, throttleKey(name), &old) && old.SourceQuota
 	entity := quotaEntityOf(rec.Spec)
@@ -104,6 +108,10 @@ func (c *Coordinator) RemoveThrottle(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	if err := c.ownerError(name); err != nil {
+		return err // the runner that applies it is on another agent
+	}
+	ctx = c.ownerCtx(ctx, name)
 	var old mirrorapi.Throttle
 	if !mirror.ReadRecord(c.store, throttleKey(name), &old) {
 		return nil

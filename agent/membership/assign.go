@@ -124,7 +124,11 @@ func assign(items []Item, members []joined) map[string]assignment {
 			released[k] = true
 		}
 	}
-	fair := total / int64(len(members))
+	n := int64(len(members))
+	// A member keeps what it owns up to the fair share rounded up: with
+	// shares that cannot be equal (4 items, 3 members), the member with
+	// one more keeps it, rather than give it up each round to get it back.
+	ceil := (total + n - 1) / n
 
 	load := make([]int64, len(members))
 	mine := make([][]string, len(members))
@@ -142,7 +146,7 @@ func assign(items []Item, members []joined) map[string]assignment {
 			switch {
 			case claims[it.Key] > 1:
 				moving = true // claimed twice: revoked from both
-			case load[i] > 0 && load[i]+w > fair+w/2:
+			case load[i] > 0 && load[i]+w > ceil:
 				moving = true // over its share: revoked, handed on next round
 				placed[it.Key] = true
 			default:
@@ -152,8 +156,56 @@ func assign(items []Item, members []joined) map[string]assignment {
 			}
 		}
 	}
-	for k, n := range claims {
-		if n > 1 {
+	// Then, while moving an item from the most loaded member to the
+	// least loaded one narrows the gap between them, it moves: a member
+	// that joined gets its share although the others are within theirs.
+	// The item is revoked now and handed on next round, when the least
+	// loaded member takes it; kept counts the loads as they will be once
+	// every item not kept (revoked above, or nobody's) went to the least
+	// loaded.
+	kept := slices.Clone(load)
+	keptBy := map[string]bool{}
+	for i := range members {
+		for _, k := range mine[i] {
+			keptBy[k] = true
+		}
+	}
+	var rest []int64
+	for k, w := range weights {
+		if !keptBy[k] {
+			rest = append(rest, w)
+		}
+	}
+	slices.SortFunc(rest, func(a, b int64) int { return cmp.Compare(b, a) })
+	for _, w := range rest {
+		kept[slices.Index(kept, slices.Min(kept))] += w
+	}
+	for {
+		hi, lo := 0, 0
+		for j := range members {
+			if kept[j] > kept[hi] {
+				hi = j
+			}
+			if kept[j] < kept[lo] {
+				lo = j
+			}
+		}
+		if len(mine[hi]) < 2 {
+			break
+		}
+		k := mine[hi][0] // the lightest, as owned was sorted
+		w := weights[k]
+		if kept[hi]-kept[lo] <= w {
+			break
+		}
+		mine[hi] = mine[hi][1:]
+		load[hi] -= w
+		kept[hi] -= w
+		kept[lo] += w
+		moving = true
+	}
+	for k, c := range claims {
+		if c > 1 {
 			placed[k] = true // handed on once both released it
 		}
 	}

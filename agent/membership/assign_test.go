@@ -66,6 +66,25 @@ func TestAssign(t *testing.T) {
 		},
 		want: map[string][]string{"m-a": keys(0, 3), "m-b": keys(3, 6)},
 	}, {
+		name:  "shares that cannot be equal: the member with one more keeps it (no round trip)",
+		items: items(4),
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Owned: owned("t/00", "t/03")}},
+			{id: "m-b", meta: memberMeta{Agent: "b", Owned: owned("t/01")}},
+			{id: "m-c", meta: memberMeta{Agent: "c", Owned: owned("t/02")}},
+		},
+		want: map[string][]string{"m-a": {"t/00", "t/03"}, "m-b": {"t/01"}, "m-c": {"t/02"}},
+	}, {
+		name:  "two members within the rounded-up share, one with nothing: one item moves to it",
+		items: items(4),
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Owned: owned("t/00", "t/01")}},
+			{id: "m-b", meta: memberMeta{Agent: "b", Owned: owned("t/02", "t/03")}},
+			{id: "m-c", meta: memberMeta{Agent: "c"}},
+		},
+		want:   map[string][]string{"m-a": {"t/01"}, "m-b": {"t/02", "t/03"}, "m-c": nil},
+		rejoin: true,
+	}, {
 		name:  "a member died: the others keep theirs and share its items as orphans",
 		items: items(9),
 		members: []joined{

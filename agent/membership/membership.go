@@ -162,6 +162,9 @@ type Member struct {
 	released map[string]time.Time
 	// lostWait is the wait of each item lost, kept until it is released.
 	lostWait map[string]time.Time
+	// assigned are the keys of the work this member last assigned, as
+	// the leader.
+	assigned map[string]bool
 	process  string        // tells this process from another of its agent id
 	synced   bool          // this process has had an assignment
 	alive    time.Time     // send time of the last request answered as a member
@@ -322,8 +325,17 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-// Refresh asks for a new assignment: the work (Config.Items) changed.
+// Refresh asks for a new assignment: the work (Config.Items) changed. The
+// leader also notices a change itself, at its next heartbeat.
 func (m *Member) Refresh() { m.askRejoin() }
+
+func itemKeys(items []Item) map[string]bool {
+	out := make(map[string]bool, len(items))
+	for _, it := range items {
+		out[it.Key] = true
+	}
+	return out
+}
 
 func (m *Member) askRejoin() {
 	select {
@@ -462,7 +474,11 @@ func (m *Member) joinAndSync(ctx context.Context) error {
 				}
 				members = append(members, joined{id: jm.MemberID, meta: mm})
 			}
-			for id, a := range assign(m.cfg.Items(), members) {
+			work := m.cfg.Items()
+			m.mu.Lock()
+			m.assigned = itemKeys(work)
+			m.mu.Unlock()
+			for id, a := range assign(work, members) {
 				ab, err := json.Marshal(a)
 				if err != nil {
 					return err
@@ -594,6 +610,16 @@ func (m *Member) heartbeat(ctx context.Context) error {
 		}
 		if m.held.Load() {
 			continue
+		}
+		// The leader assigns the work as it sees it: when that changes,
+		// it rejoins, which rebalances the group (Kafka rebalances on a
+		// rejoin of the leader; a follower that rejoins with unchanged
+		// metadata gets the current generation back).
+		m.mu.Lock()
+		leader, assigned := m.leader, m.assigned
+		m.mu.Unlock()
+		if leader && !maps.Equal(itemKeys(m.cfg.Items()), assigned) {
+			return errRejoin
 		}
 		m.mu.Lock()
 		req := kmsg.NewPtrHeartbeatRequest()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/partition"
+	"github.com/kmirror/kmirror/agent/writegate"
 	"github.com/kmirror/kmirror/agent/writer"
 	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
@@ -70,10 +71,13 @@ type Registry interface {
 	AddMatchedTopics(ctx context.Context, mirror string, matched []string) (added []string, err error)
 }
 
-// gate asks Config.Gate whether this agent may write now.
-func (c *Config) gate() error {
-	if c.Gate == nil {
-		return nil
+// gate asks Config.Gate and ctx's checks (agent/writegate: the mirror's
+// owner) whether this agent may write now.
+func (c *Config) gate(ctx context.Context) error {
+	if c.Gate != nil {
+		if err := c.Gate(); err != nil {
+			return err
+		}
 	}
-	return c.Gate()
+	return writegate.Check(ctx)
 }

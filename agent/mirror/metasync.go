@@ -139,7 +139,7 @@ func (m *Runner) syncLoop(ctx context.Context, kind metasync.Kind, run syncRun) 
 		// The writer lease (Config.Gate) is checked before every sync
 		// run, as before every other write: an agent that lost it, or
 		// was frozen past it, syncs nothing more.
-		err := m.cfg.gate()
+		err := m.cfg.gate(ctx)
 		if err == nil {
 			rctx, cancel := context.WithTimeout(ctx, syncTimeout)
 			res, err = run(rctx, spec)

@@ -105,6 +105,13 @@ func (m *Runner) SourceClusterID() string { return m.conn.clusterIDNow() }
 // previous runner of the mirror read, until this one connects.
 func (m *Runner) KeepSourceClusterID(id string) { m.conn.setClusterID(id, true) }
 
+// Spec is the spec the runner follows.
+func (m *Runner) Spec() mirrorspec.Spec {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.spec
+}
+
 // SetSpec makes the runner follow spec, changed by an update.
 func (m *Runner) SetSpec(s mirrorspec.Spec) {
 	m.mu.Lock()

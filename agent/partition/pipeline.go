@@ -193,13 +193,16 @@ func (m *Mirror) discard(ctx context.Context, cause error) error {
 		// Not after a failed batch, which reap already went back to.
 		m.next, m.seq = m.flights[0].want, m.flights[0].seq
 	}
-	if ctx.Err() != nil && (m.cfg.Writer == nil || m.cfg.Writer.Allowed() == nil) {
+	if ctx.Err() != nil && (m.cfg.Writer == nil || m.cfg.Writer.Allowed(context.Background()) == nil) {
 		// Stopping while this agent may still write (a clean stop: its
-		// lease is released once the answers are in). Once it may not
-		// (the writer lease went to another agent), the answers decide
-		// nothing it will act on, the new owner fences or deduplicates
-		// what is still on its way, and waiting for them would keep
-		// this agent from its next claim of the lease for the grace.
+		// lease is released once the answers are in), or stopping a
+		// mirror the agents' group takes from this agent (its checks in
+		// ctx fail at once, but nobody writes it before this agent
+		// releases it, after these answers). Once the writer lease went
+		// to another agent, the answers decide nothing it will act on,
+		// the new owner fences or deduplicates what is still on its way,
+		// and waiting for them would keep this agent from its next claim
+		// of the lease for the grace.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), drainGrace)
 		defer cancel()

@@ -27,6 +27,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kmirror/kmirror/agent/writegate"
 )
 
 // Principal and Host are the principal and host of the ACL Enforce creates.
@@ -57,11 +59,15 @@ func WithClient(cl *kgo.Client) Option { return func(e *Enforcer) { e.cl = cl } 
 // writer lease, so that an agent that lost it changes no ACL.
 func WithGate(gate func() error) Option { return func(e *Enforcer) { e.gate = gate } }
 
-func (e *Enforcer) allowed() error {
-	if e.gate == nil {
-		return nil
+// allowed asks the gate and ctx's checks (agent/writegate) whether this
+// agent may write now.
+func (e *Enforcer) allowed(ctx context.Context) error {
+	if e.gate != nil {
+		if err := e.gate(); err != nil {
+			return err
+		}
 	}
-	return e.gate()
+	return writegate.Check(ctx)
 }
 
 // Enforcer creates and removes the read-only ACLs of mirror topics. It is
@@ -139,7 +145,7 @@ func (e *Enforcer) Enforce(ctx context.Context, topic string) (enforced bool, er
 
 // create creates the DENY; see Enforce.
 func (e *Enforcer) create(ctx context.Context, topic string) (bool, error) {
-	if err := e.allowed(); err != nil {
+	if err := e.allowed(ctx); err != nil {
 		return false, fmt.Errorf("readonly: creating the DENY WRITE %s ACL on topic %q: %w", Principal, topic, err)
 	}
 	rs, err := e.adm.CreateACLs(ctx, denyWrite(topic))
@@ -174,7 +180,7 @@ func (e *Enforcer) Release(ctx context.Context, topic string) error {
 	if topic == "" {
 		return errors.New("readonly: Release: empty topic name")
 	}
-	if err := e.allowed(); err != nil {
+	if err := e.allowed(ctx); err != nil {
 		return fmt.Errorf("readonly: deleting the DENY WRITE %s ACL on topic %q: %w", Principal, topic, err)
 	}
 	rs, err := e.adm.DeleteACLs(ctx, denyWrite(topic))
@@ -328,7 +334,7 @@ func (e *Enforcer) Check(ctx context.Context) (Status, error) {
 }
 
 func (e *Enforcer) check(ctx context.Context) (Status, error) {
-	if err := e.allowed(); err != nil {
+	if err := e.allowed(ctx); err != nil {
 		return Status{}, fmt.Errorf("readonly: checking the destination: %w", err)
 	}
 	var b [8]byte

@@ -10,6 +10,7 @@
 package statestore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kmirror/kmirror/agent/writegate"
 )
 
 // DefaultTopic is the state topic's name unless the agent's config says otherwise.
@@ -29,10 +32,23 @@ const DefaultTopic = "__kmirror_state"
 // to the topic before it changes in memory.
 type Store struct {
 	cl    *kgo.Client
+	opts  []kgo.Opt
 	topic string
 
 	mu     sync.Mutex
 	values map[string][]byte
+	// offsets holds, by key, the offset of the record its value came
+	// from: a record read back (Follow) older than what Put wrote since
+	// changes nothing.
+	offsets map[string]int64
+	// next is the offset after the last record read or written; Follow
+	// reads on from it.
+	next int64
+	// changed is closed, and replaced, when Follow applies another
+	// agent's record.
+	changed chan struct{}
+	// moved is closed, and replaced, whenever next moves.
+	moved chan struct{}
 
 	// gate, when set, is asked before every write (SetGate).
 	gate func() error
@@ -65,12 +81,13 @@ func Open(ctx context.Context, opts []kgo.Opt, topic string) (*Store, error) {
 		cl.Close()
 		return nil, err
 	}
-	values, err := readAll(ctx, cl, opts, topic)
+	st, err := readState(ctx, cl, opts, topic)
 	if err != nil {
 		cl.Close()
 		return nil, err
 	}
-	return &Store{cl: cl, topic: topic, values: values}, nil
+	return &Store{cl: cl, opts: opts, topic: topic, values: st.values, offsets: st.offsets, next: st.next,
+		changed: make(chan struct{}), moved: make(chan struct{})}, nil
 }
 
 // Close releases the store's connections.
@@ -129,51 +146,156 @@ func ensureTopic(ctx context.Context, cl *kgo.Client, topic string) error {
 	}
 }
 
+// state is the state topic read to its end.
+type state struct {
+	values  map[string][]byte
+	offsets map[string]int64 // of each key's latest record
+	next    int64            // the end read to
+}
+
 func readAll(ctx context.Context, cl *kgo.Client, opts []kgo.Opt, topic string) (map[string][]byte, error) {
+	st, err := readState(ctx, cl, opts, topic)
+	return st.values, err
+}
+
+func readState(ctx context.Context, cl *kgo.Client, opts []kgo.Opt, topic string) (state, error) {
 	adm := kadm.NewClient(cl)
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
-		return nil, fmt.Errorf("reading the end of state topic %q: %w", topic, err)
+		return state{}, fmt.Errorf("reading the end of state topic %q: %w", topic, err)
 	}
 	end, ok := ends.Lookup(topic, 0)
 	if !ok || end.Err != nil {
-		return nil, fmt.Errorf("reading the end of state topic %q: %v", topic, end.Err)
+		return state{}, fmt.Errorf("reading the end of state topic %q: %v", topic, end.Err)
 	}
-	values := map[string][]byte{}
+	st := state{values: map[string][]byte{}, offsets: map[string]int64{}, next: end.Offset}
 	if end.Offset == 0 {
-		return values, nil
+		return st, nil
 	}
 	// A consumer of its own: consuming options cannot be added to a client later.
 	rd, err := kgo.NewClient(append(opts[:len(opts):len(opts)],
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}),
 	)...)
 	if err != nil {
-		return nil, fmt.Errorf("reading state topic %q: %w", topic, err)
+		return state{}, fmt.Errorf("reading state topic %q: %w", topic, err)
 	}
 	defer rd.Close()
 	for {
 		fs := rd.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("reading state topic %q: %w", topic, err)
+			return state{}, fmt.Errorf("reading state topic %q: %w", topic, err)
 		}
 		var done bool
 		var ferr error
 		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
 		if ferr != nil {
-			return nil, fmt.Errorf("reading state topic %q: %w", topic, ferr)
+			return state{}, fmt.Errorf("reading state topic %q: %w", topic, ferr)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			if r.Value == nil {
-				delete(values, string(r.Key))
+				delete(st.values, string(r.Key))
 			} else {
-				values[string(r.Key)] = r.Value
+				st.values[string(r.Key)] = r.Value
 			}
+			st.offsets[string(r.Key)] = r.Offset
 			if r.Offset >= end.Offset-1 {
 				done = true
 			}
 		})
 		if done {
-			return values, nil
+			return st, nil
+		}
+	}
+}
+
+// Follow reads what other agents write to the state topic, from where Open
+// read to, until ctx ends: agents that share a destination learn each
+// other's mirrors and the state of a mirror they take over. Changed tells
+// when it applied a record; Sync waits until it has read what is written.
+// Read errors are retried; it returns ctx's error.
+func (s *Store) Follow(ctx context.Context) error {
+	s.mu.Lock()
+	from := s.next
+	s.mu.Unlock()
+	rd, err := kgo.NewClient(append(s.opts[:len(s.opts):len(s.opts)],
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.topic: {0: kgo.NewOffset().At(from)}}),
+		kgo.FetchMaxWait(250*time.Millisecond),
+	)...)
+	if err != nil {
+		return fmt.Errorf("following state topic %q: %w", s.topic, err)
+	}
+	defer rd.Close()
+	for {
+		fs := rd.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// Errors are the client's to retry (a leader moving, the
+		// broker restarting); the records that came are applied.
+		fs.EachRecord(s.apply)
+	}
+}
+
+// apply takes one record read back from the topic.
+func (s *Store) apply(r *kgo.Record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := string(r.Key)
+	if last, ok := s.offsets[key]; !ok || r.Offset > last {
+		old, had := s.values[key]
+		if r.Value == nil {
+			delete(s.values, key)
+		} else {
+			s.values[key] = r.Value
+		}
+		s.offsets[key] = r.Offset
+		if had != (r.Value != nil) || !bytes.Equal(old, r.Value) {
+			close(s.changed)
+			s.changed = make(chan struct{})
+		}
+	}
+	s.advanceLocked(r.Offset + 1)
+}
+
+func (s *Store) advanceLocked(next int64) {
+	if next > s.next {
+		s.next = next
+		close(s.moved)
+		s.moved = make(chan struct{})
+	}
+}
+
+// Changed returns a channel closed when Follow next applies a record that
+// changes a value.
+func (s *Store) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+// Sync waits until the store holds every record written to the topic
+// before it was called: call it, with Follow running, before acting on
+// state another agent wrote last.
+func (s *Store) Sync(ctx context.Context) error {
+	ends, err := kadm.NewClient(s.cl).ListEndOffsets(ctx, s.topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("reading the end of state topic %q: %w", s.topic, err)
+	}
+	end, _ := ends.Lookup(s.topic, 0)
+	for {
+		s.mu.Lock()
+		next, moved := s.next, s.moved
+		s.mu.Unlock()
+		if next >= end.Offset {
+			return nil
+		}
+		select {
+		case <-moved:
+		case <-ctx.Done():
+			return fmt.Errorf("reading state topic %q to offset %d (at %d): %w", s.topic, end.Offset, next, ctx.Err())
 		}
 	}
 }
@@ -201,17 +323,24 @@ func (s *Store) Put(ctx context.Context, key string, value []byte) error {
 			return fmt.Errorf("writing %q to state topic %q: %w", key, s.topic, err)
 		}
 	}
+	if err := writegate.Check(ctx); err != nil {
+		return fmt.Errorf("writing %q to state topic %q: %w", key, s.topic, err)
+	}
 	r := &kgo.Record{Topic: s.topic, Partition: 0, Key: []byte(key), Value: value}
 	if err := s.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
 		return fmt.Errorf("writing %q to state topic %q: %w", key, s.topic, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if last, ok := s.offsets[key]; ok && last > r.Offset {
+		return nil // Follow applied a later write of another agent
+	}
 	if value == nil {
 		delete(s.values, key)
 	} else {
 		s.values[key] = value
 	}
+	s.offsets[key] = r.Offset
 	return nil
 }
 

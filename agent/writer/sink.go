@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -112,6 +113,7 @@ type pending struct {
 	batch    []byte
 	markers  int
 	producer Producer
+	gate     func() error  // the caller's checks (writegate), asked when it leaves
 	done     chan produced // buffered: the sender never blocks
 	answered chan struct{} // closed once done holds the answer
 	sent     bool          // guarded by sink.mu
@@ -133,6 +135,9 @@ type produced struct {
 type request struct {
 	markers bool // a WriteTxnMarkersRequest, else a ProduceRequest
 	items   []*pending
+	// refused holds, by index in items, the refusal of an item whose
+	// checks failed when the request left: it was not sent.
+	refused map[int]error
 }
 
 // ErrNotSent answers an item that was not sent because an earlier item of
@@ -357,19 +362,38 @@ func (s *sink) issueLoop() {
 // send issues one request (returning once it is on the wire) and answers
 // each of its items when the response comes.
 func (s *sink) send(r *request) {
-	var req kmsg.Request
-	if r.markers {
-		req = markersRequest(r.items)
-	} else {
-		req = s.w.produceRequest(nil, r.items)
-	}
-	// The gate is asked here, when the request leaves, not when its
-	// items were queued.
+	// The gates are asked here, when the request leaves, not when its
+	// items were queued: the writer's for the whole request, each item's
+	// own (its mirror's owner) for that item alone, so that a mirror this
+	// agent no longer owns stops without failing the others' batches.
 	var answer *call
-	if err := s.w.Allowed(); err != nil {
-		answer = failedCall(req, err)
+	if err := s.w.Allowed(context.Background()); err != nil {
+		answer = failedCall(nil, err)
 	} else {
-		answer = s.w.issue(s.lane, req)
+		send := r.items
+		for i, p := range r.items {
+			var err error
+			if p.gate != nil {
+				err = p.gate()
+			}
+			switch {
+			case err != nil && r.refused == nil:
+				r.refused = map[int]error{i: err}
+				send = slices.Clone(r.items[:i])
+			case err != nil:
+				r.refused[i] = err
+			case r.refused != nil:
+				send = append(send, p)
+			}
+		}
+		switch {
+		case len(send) == 0:
+			answer = failedCall(nil, r.refused[0])
+		case r.markers:
+			answer = s.w.issue(s.lane, markersRequest(send))
+		default:
+			answer = s.w.issue(s.lane, s.w.produceRequest(nil, send))
+		}
 	}
 	go s.finish(r, answer)
 }
@@ -481,6 +505,11 @@ func (s *sink) finish(r *request, a *call) {
 		for i, p := range r.items {
 			results[i] = s.w.answer(p.tp, answers[p.tp])
 		}
+	}
+
+	for i, err := range r.refused {
+		p := r.items[i]
+		results[i] = produced{-1, &ProduceError{Topic: p.tp.topic, Partition: p.tp.partition, Markers: r.markers, Err: err}}
 	}
 
 	s.mu.Lock()

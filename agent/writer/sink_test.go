@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kmirror/kmirror/agent/leaders"
+	"github.com/kmirror/kmirror/agent/writegate"
 	"github.com/kmirror/kmirror/internal/devcluster"
 	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/recordbatch"
@@ -361,6 +363,72 @@ func TestProduceErrorReachesOnlyItsPartition(t *testing.T) {
 	}
 }
 
+// The checks a caller's context carries (writegate: the mirror's owner) are
+// asked when its batch leaves, for that batch alone: a refused batch is not
+// sent and answers the refusal; the others of its request land.
+func TestProduceGateRefusesOnlyItsItem(t *testing.T) {
+	f := start(t)
+	f.oneAtATime()
+	o := observe(t, f.c, 1)
+	f.topic(t, "t", 4)
+	ctx := context.Background()
+	errNotOwner := errors.New("not the owner")
+	var owner atomic.Bool
+	owner.Store(true)
+	gated := writegate.With(ctx, func() error {
+		if owner.Load() {
+			return nil
+		}
+		return errNotOwner
+	})
+
+	first := f.async(ctx, "t", 0, plain(t, 1))
+	<-o.held // request 0 in flight: what follows queues
+	var rs []<-chan result
+	for p := int32(1); p < 4; p++ {
+		c := ctx
+		if p == 2 {
+			c = gated
+		}
+		rs = append(rs, f.async(c, "t", p, plain(t, 2)))
+	}
+	f.queued(t, "t", 3)
+	owner.Store(false) // after it was queued: the check is when it leaves
+	o.releaseReq(0)
+	if r := wait(t, first); r.err != nil || r.off != 0 {
+		t.Fatalf("first produce: offset %d, %v", r.off, r.err)
+	}
+	for i, ch := range rs {
+		p := int32(i + 1)
+		r := wait(t, ch)
+		if p == 2 {
+			var pe *ProduceError
+			if !errors.As(r.err, &pe) || !errors.Is(r.err, errNotOwner) || pe.Partition != 2 {
+				t.Errorf("partition 2: offset %d, error %v; want the refusal for t/2", r.off, r.err)
+			}
+			continue
+		}
+		if r.err != nil || r.off != 0 {
+			t.Errorf("partition %d: offset %d, %v", p, r.off, r.err)
+		}
+	}
+	reqs, _, _ := o.snapshot()
+	if len(reqs) != 2 || len(reqs[1]) != 2 {
+		t.Fatalf("requests %v, want [t/0] then t/1 and t/3 together", reqs)
+	}
+	if got := f.end(t, "t", 2); got != 0 {
+		t.Errorf("t/2 ends at %d, want 0: its refused batch was sent", got)
+	}
+	// Refused alone: nothing leaves; allowed again, it lands.
+	if _, err := f.w.Produce(gated, "t", 2, plain(t, 2)); !errors.Is(err, errNotOwner) {
+		t.Errorf("refused produce of t/2 alone: %v, want the refusal", err)
+	}
+	owner.Store(true)
+	if off, err := f.w.Produce(gated, "t", 2, plain(t, 2)); err != nil || off != 0 {
+		t.Errorf("t/2 once allowed: offset %d, %v", off, err)
+	}
+}
+
 // A caller whose context ends returns at once, whether its batch is queued
 // (then it is never sent) or in flight with others' (which still land).
 func TestProduceCancelOneCaller(t *testing.T) {
@@ -695,14 +763,16 @@ func TestMarkersBehindAnsweredBatches(t *testing.T) {
 	if got := markers(); len(got) != 1 || len(got[0]) != 2 || got[0][topicPart{"m", 1}] != 3 || got[0][topicPart{"m", 0}] != 2 {
 		t.Fatalf("WriteTxnMarkers requests %v, want one with 2 markers of m/0 and 3 of m/1", got)
 	}
-	if reqs, _, _ := o.snapshot(); len(reqs) != 2 {
-		t.Errorf("produce requests %v, want m/0's first batch, then the one after its markers", reqs)
-	}
 	if got := f.end(t, "m", 1); got != 3 {
 		t.Errorf("m/1 ends at %d, want 3", got)
 	}
 	if r := wait(t, after); r.err != nil || r.off != 3 {
 		t.Fatalf("batch after the markers of m/0: offset %d, %v; want 3, behind them", r.off, r.err)
+	}
+	// Counted once that batch is answered: it leaves after the markers'
+	// answer reached their caller.
+	if reqs, _, _ := o.snapshot(); len(reqs) != 2 {
+		t.Errorf("produce requests %v, want m/0's first batch, then the one after its markers", reqs)
 	}
 
 	// m/2: a refused batch; the markers and the batch queued behind it

@@ -65,7 +65,7 @@ func retryConcurrent(ctx context.Context, fn func() error) error {
 func (w *Writer) InitTxn(ctx context.Context, txnID string, timeout time.Duration) (Producer, error) {
 	var p Producer
 	err := retryConcurrent(ctx, func() error {
-		if err := w.Allowed(); err != nil {
+		if err := w.Allowed(ctx); err != nil {
 			return err
 		}
 		req := kmsg.NewPtrInitProducerIDRequest()
@@ -94,7 +94,7 @@ func (w *Writer) InitTxn(ctx context.Context, txnID string, timeout time.Duratio
 // marker there even when no data was written.
 func (w *Writer) AddPartition(ctx context.Context, txnID string, p Producer, topic string, partition int32) error {
 	err := retryConcurrent(ctx, func() error {
-		if err := w.Allowed(); err != nil {
+		if err := w.Allowed(ctx); err != nil {
 			return err
 		}
 		req := kmsg.NewPtrAddPartitionsToTxnRequest()
@@ -132,7 +132,7 @@ func (w *Writer) AddPartition(ctx context.Context, txnID string, p Producer, top
 // (WaitSettled).
 func (w *Writer) EndTxn(ctx context.Context, txnID string, p Producer, commit bool) error {
 	err := retryConcurrent(ctx, func() error {
-		if err := w.Allowed(); err != nil {
+		if err := w.Allowed(ctx); err != nil {
 			return err
 		}
 		req := kmsg.NewPtrEndTxnRequest()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/leaders"
+	"github.com/kmirror/kmirror/agent/writegate"
 	"github.com/kmirror/kmirror/internal/recordbatch"
 )
 
@@ -83,13 +84,16 @@ type Writer struct {
 // one already queued. Call it before the first write.
 func (w *Writer) SetGate(gate func() error) { w.gate = gate }
 
-// Allowed returns the gate's verdict on a write about to be sent: nil while
-// this agent may write.
-func (w *Writer) Allowed() error {
-	if w.gate == nil {
-		return nil
+// Allowed returns the verdict on a write about to be sent on behalf of ctx:
+// nil while this agent may write (the writer's gate) and ctx's checks
+// (agent/writegate: the mirror's owner) pass.
+func (w *Writer) Allowed(ctx context.Context) error {
+	if w.gate != nil {
+		if err := w.gate(); err != nil {
+			return err
+		}
 	}
-	return w.gate()
+	return writegate.Check(ctx)
 }
 
 // New returns a writer using cl, which must have been made with ClientOpts.
@@ -132,7 +136,7 @@ func (w *Writer) Meta() *leaders.Cache { return w.meta }
 
 // InitProducerID allocates an idempotent producer id (no transactional id).
 func (w *Writer) InitProducerID(ctx context.Context) (int64, int16, error) {
-	if err := w.Allowed(); err != nil {
+	if err := w.Allowed(ctx); err != nil {
 		return 0, 0, fmt.Errorf("allocating a producer id on the destination: %w", err)
 	}
 	req := kmsg.NewPtrInitProducerIDRequest()
@@ -188,14 +192,15 @@ func (w *Writer) Produce(ctx context.Context, topic string, partition int32, bat
 // different partitions led by the same broker share produce requests, and
 // up to 16 batches of one partition are in flight at once, sent in call
 // order (sink.go); a caller pipelining one partition's batches must call in
-// sequence order, from one goroutine.
+// sequence order, from one goroutine. The checks of ctx (agent/writegate)
+// are asked when the batch's request leaves, as the writer's gate is.
 func (w *Writer) ProduceAsync(ctx context.Context, topic string, partition int32, batch []byte) (*Pending, error) {
 	l, err := w.meta.Leader(ctx, topic, partition)
 	if err != nil {
 		return nil, &ProduceError{Topic: topic, Partition: partition, Err: err}
 	}
 	tp := topicPart{topic, partition}
-	return w.sink(l.Leader, tp).enqueue(&pending{tp: tp, batch: batch}), nil
+	return w.sink(l.Leader, tp).enqueue(&pending{tp: tp, batch: batch, gate: writegate.From(ctx)}), nil
 }
 
 // MarkersAsync queues n ABORT markers of producer p for a partition
@@ -212,7 +217,7 @@ func (w *Writer) MarkersAsync(ctx context.Context, p Producer, topic string, par
 		return nil, &ProduceError{Topic: topic, Partition: partition, Markers: true, Err: err}
 	}
 	tp := topicPart{topic, partition}
-	return w.sink(l.Leader, tp).enqueue(&pending{tp: tp, markers: n, producer: p}), nil
+	return w.sink(l.Leader, tp).enqueue(&pending{tp: tp, markers: n, producer: p, gate: writegate.From(ctx)}), nil
 }
 
 // produceAlone sends one batch in a request of its own: a transactional
@@ -222,7 +227,7 @@ func (w *Writer) produceAlone(ctx context.Context, txnID *string, topic string, 
 	if err != nil {
 		return -1, &ProduceError{Topic: topic, Partition: partition, Err: err}
 	}
-	if err := w.Allowed(); err != nil {
+	if err := w.Allowed(ctx); err != nil {
 		return -1, &ProduceError{Topic: topic, Partition: partition, Err: err}
 	}
 	req := w.produceRequest(txnID, []*pending{{tp: topicPart{topic, partition}, batch: batch}})
@@ -303,7 +308,7 @@ func (w *Writer) DeleteRecords(ctx context.Context, topic string, partition int3
 	if err != nil {
 		return fmt.Errorf("deleting records of %s/%d below %d: %w", topic, partition, offset, err)
 	}
-	if err := w.Allowed(); err != nil {
+	if err := w.Allowed(ctx); err != nil {
 		return fmt.Errorf("deleting records of %s/%d below %d: %w", topic, partition, offset, err)
 	}
 	req := kmsg.NewPtrDeleteRecordsRequest()

@@ -1,0 +1,226 @@
+package coordinator
+
+// Group mode: the agents of one destination divide its mirrors among
+// themselves (agent/membership). Each coordinator follows the state topic,
+// offers every mirror in it as an item of the group, and runs only the
+// mirrors the group gives it, from the moment they are writable; every
+// write made for one carries the membership's check in its context
+// (agent/writegate), down to the request that leaves the writer. A mirror
+// taken from this agent is stopped, and reported released once every write
+// of it returned, so that its next owner may write at once.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kmirror/kmirror/agent/membership"
+	"github.com/kmirror/kmirror/agent/mirror"
+	"github.com/kmirror/kmirror/agent/writegate"
+)
+
+// Owner is the agent's membership of its destination's group, as the
+// coordinator uses it (*membership.Member).
+type Owner interface {
+	// View is this agent's current share.
+	View() membership.View
+	// Changed is closed at the next change of View.
+	Changed() <-chan struct{}
+	// Check returns nil while this agent may write item.
+	Check(item string) error
+	// Released reports items lost whose writes all returned.
+	Released(items ...string)
+	// Refresh asks for a new assignment: the mirrors changed.
+	Refresh()
+}
+
+// Items are the mirrors of the state topic as items of the agents' group,
+// keyed as their records are ("mirror/NAME").
+func (c *Coordinator) Items() []membership.Item {
+	var out []membership.Item
+	for _, s := range c.Mirrors() {
+		out = append(out, membership.Item{Key: mirrorKey(s.Name)})
+	}
+	return out
+}
+
+// ownerCtx is ctx with the check of mirror name's ownership (group mode).
+func (c *Coordinator) ownerCtx(ctx context.Context, name string) context.Context {
+	if c.cfg.Owner == nil {
+		return ctx
+	}
+	item := mirrorKey(name)
+	return writegate.With(ctx, func() error { return c.cfg.Owner.Check(item) })
+}
+
+// writable says whether this agent may run mirror name now: always without
+// a group; in one, while the group gives it to this agent and its wait is
+// over.
+func (c *Coordinator) writable(name string) bool {
+	if c.cfg.Owner == nil {
+		return true
+	}
+	g, ok := c.cfg.Owner.View().Items[mirrorKey(name)]
+	return ok && !time.Now().Before(g.WritableAt)
+}
+
+// follow keeps the mirrors this agent runs in line with its share of the
+// group and with the state topic, until ctx ends.
+func (c *Coordinator) follow(ctx context.Context) {
+	go func() {
+		if err := c.store.Follow(ctx); err != nil && ctx.Err() == nil {
+			c.log.Error("following the state topic stopped", "error", err)
+		}
+	}()
+	var known []string // the mirrors offered to the group
+	for {
+		ownerChanged, storeChanged := c.cfg.Owner.Changed(), c.store.Changed()
+		names := slices.Sorted(maps.Keys(c.records()))
+		if !slices.Equal(names, known) {
+			known = names
+			c.cfg.Owner.Refresh()
+		}
+		wake := c.reconcile(ctx)
+		var timer <-chan time.Time
+		if !wake.IsZero() {
+			timer = time.After(time.Until(wake))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ownerChanged:
+		case <-storeChanged:
+		case <-timer:
+		}
+	}
+}
+
+// records returns every mirror record of the state topic, by name.
+func (c *Coordinator) records() map[string]mirror.Record {
+	out := map[string]mirror.Record{}
+	for k, v := range c.store.All() {
+		name, ok := strings.CutPrefix(k, "mirror/")
+		if !ok {
+			continue
+		}
+		var rec mirror.Record
+		if err := json.Unmarshal(v, &rec); err != nil {
+			continue
+		}
+		out[name] = rec
+	}
+	return out
+}
+
+// reconcile stops the mirrors this agent may no longer run, starts those
+// it now may, and passes spec changes another agent wrote on to the
+// runners. It returns when it should look again for a mirror whose wait is
+// not over (zero: nothing to wait for).
+func (c *Coordinator) reconcile(ctx context.Context) (wake time.Time) {
+	// Admin operations stop and start mirrors themselves (a delete stops
+	// its mirror before it removes the record): one at a time.
+	adminMu.Lock()
+	defer adminMu.Unlock()
+	recs := c.records()
+	view := c.cfg.Owner.View()
+	now := time.Now()
+
+	c.mu.Lock()
+	for name, m := range c.mirrors {
+		if _, owned := view.Items[mirrorKey(name)]; owned {
+			if rec, ok := recs[name]; ok {
+				if !reflect.DeepEqual(m.Spec(), rec.Spec) {
+					m.SetSpec(rec.Spec)
+				}
+				continue
+			}
+		}
+		// Taken from this agent, or deleted by another: stop it, and
+		// hand it on once every write of it returned.
+		delete(c.mirrors, name)
+		done := make(chan struct{})
+		c.stopping[name] = done
+		go func() {
+			m.Stop()
+			c.mu.Lock()
+			delete(c.stopping, name)
+			c.mu.Unlock()
+			close(done)
+			c.cfg.Owner.Released(mirrorKey(name))
+			c.log.Info("mirror handed on", "mirror", name)
+		}()
+	}
+	// Items lost before their mirror started here (still waiting, or
+	// never in the state topic here) have nothing to stop: released now.
+	var idle []string
+	for item := range c.granted {
+		name, _ := strings.CutPrefix(item, "mirror/")
+		_, running := c.mirrors[name]
+		_, stopping := c.stopping[name]
+		if _, owned := view.Items[item]; !owned && !running && !stopping {
+			idle = append(idle, item)
+		}
+	}
+	c.granted = maps.Clone(view.Items)
+	if len(idle) > 0 {
+		c.cfg.Owner.Released(idle...)
+	}
+	var start []mirror.Record
+	for item, g := range view.Items {
+		name, _ := strings.CutPrefix(item, "mirror/")
+		rec, ok := recs[name]
+		if _, running := c.mirrors[name]; !ok || running {
+			continue
+		}
+		if _, stopping := c.stopping[name]; stopping {
+			continue // its release wakes reconcile again
+		}
+		if now.Before(g.WritableAt) {
+			if wake.IsZero() || g.WritableAt.Before(wake) {
+				wake = g.WritableAt
+			}
+			continue
+		}
+		start = append(start, rec)
+	}
+	c.mu.Unlock()
+	if len(start) == 0 {
+		return wake
+	}
+	// What the previous owner wrote last is in the store before the
+	// mirror starts from it.
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err := c.store.Sync(sctx)
+	cancel()
+	if err != nil {
+		c.log.Warn("not starting mirrors given to this agent yet", "error", err)
+		return time.Now().Add(time.Second)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, rec := range start {
+		if fresh, ok := c.records()[rec.Spec.Name]; ok && c.runCtx.Err() == nil {
+			c.startLocked(fresh)
+			c.log.Info("mirror taken on", "mirror", rec.Spec.Name, "generation", view.Generation)
+		}
+	}
+	return wake
+}
+
+// ownerError says which agent runs mirror name when it is not this one.
+func (c *Coordinator) ownerError(name string) error {
+	if c.cfg.Owner == nil || c.writable(name) {
+		return nil
+	}
+	g, ok := c.cfg.Owner.View().Items[mirrorKey(name)]
+	if ok {
+		return fmt.Errorf("mirror %q: %w; this agent takes it on in %v, when its previous owner's writes have run out: retry then",
+			name, ErrNotRunHere, time.Until(g.WritableAt).Round(time.Millisecond))
+	}
+	return fmt.Errorf("mirror %q: %w: another agent of the group runs it; send the call to that agent (kmirror status lists them)", name, ErrNotRunHere)
+}

@@ -1,0 +1,258 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kmirror/kmirror/agent/coordinator"
+	"github.com/kmirror/kmirror/agent/coordinator/coordinatortest"
+	"github.com/kmirror/kmirror/agent/membership"
+	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
+	"github.com/kmirror/kmirror/internal/verify"
+)
+
+// groupAgent is one agent of a group mode test: its membership and its
+// coordinator, in the test process.
+type groupAgent struct {
+	id     string
+	member *membership.Member
+	co     *coordinatortest.Agent
+}
+
+func startGroupAgent(t *testing.T, dst []kgo.Opt, group, id string) *groupAgent {
+	t.Helper()
+	log := hclog.New(&hclog.LoggerOptions{Name: id, Output: devclustertest.Writer(t), Level: hclog.Info})
+	var co sync.Mutex
+	var items func() []membership.Item
+	m, err := membership.Join(membership.Config{
+		Destination: dst, Group: group, AgentID: id,
+		SessionTimeout: 6 * time.Second, RebalanceTimeout: 6 * time.Second, WriteGrace: 500 * time.Millisecond,
+		Items: func() []membership.Item {
+			co.Lock()
+			defer co.Unlock()
+			if items == nil {
+				return nil
+			}
+			return items()
+		},
+		Logger: log.Named("membership"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &groupAgent{id: id, member: m}
+	a.co = coordinatortest.Start(t, coordinator.Config{
+		Destination: dst, RefreshInterval: 200 * time.Millisecond, Owner: m, Logger: log,
+	})
+	co.Lock()
+	items = a.co.Items
+	co.Unlock()
+	m.Refresh()
+	t.Cleanup(a.stop)
+	return a
+}
+
+// stop stops the coordinator (every write returned), then leaves the group.
+func (a *groupAgent) stop() {
+	a.co.Stop()
+	a.member.Close()
+}
+
+// running returns the mirrors each agent runs.
+func running(agents []*groupAgent) map[string][]string {
+	out := map[string][]string{}
+	for _, a := range agents {
+		for _, m := range a.co.Describe() {
+			out[m.Name] = append(out[m.Name], a.id)
+		}
+	}
+	return out
+}
+
+// TestGroupMode: three agents share four mirrors, each run by exactly one;
+// one agent stops, the others take its mirrors on, and every destination
+// topic is identical to its source, record for record and offset for
+// offset.
+func TestGroupMode(t *testing.T) {
+	for _, engine := range []devcluster.EngineKind{devcluster.Embedded, devcluster.Kafka} {
+		t.Run(string(engine), func(t *testing.T) { testGroupMode(t, engine) })
+	}
+}
+
+func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
+	src := devclustertest.Start(t, devcluster.Engine(engine), devcluster.Name("group-src"))
+	dst := devclustertest.Start(t, devcluster.Engine(engine), devcluster.Name("group-dst"))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srcCl, err := kgo.NewClient(kgo.SeedBrokers(src.Bootstrap()...), kgo.DefaultProduceTopic("unused"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srcCl.Close()
+	dstCl, err := kgo.NewClient(kgo.SeedBrokers(dst.Bootstrap()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dstCl.Close()
+	const mirrors = 4
+	var topics []string
+	for i := range mirrors {
+		topics = append(topics, fmt.Sprintf("orders-%d", i))
+	}
+	if _, err := kadm.NewClient(srcCl).CreateTopics(ctx, 2, -1, nil, topics...); err != nil {
+		t.Fatal(err)
+	}
+	produce := func(round, n int) {
+		t.Helper()
+		var rs []*kgo.Record
+		for _, tp := range topics {
+			for i := range n {
+				rs = append(rs, &kgo.Record{Topic: tp, Key: fmt.Appendf(nil, "k%d", i%7), Value: fmt.Appendf(nil, "%s round %d record %d", tp, round, i)})
+			}
+		}
+		if err := srcCl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produce(0, 300)
+
+	dstOpts := []kgo.Opt{kgo.SeedBrokers(dst.Bootstrap()...)}
+	group := "kmirror-agents-" + string(engine)
+	var agents []*groupAgent
+	for i := range 3 {
+		agents = append(agents, startGroupAgent(t, dstOpts, group, fmt.Sprintf("agent-%d", i)))
+	}
+	for i, tp := range topics {
+		spec := mirrorspec.Spec{Name: fmt.Sprintf("m%d", i), Source: mirrorspec.Source{BootstrapServers: src.Bootstrap()}, Topics: []string{tp}}
+		// Any agent creates a mirror; the group decides who runs it.
+		if err := agents[i%3].co.Create(ctx, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// waitRunning waits until every mirror runs on exactly one agent of
+	// alive, and returns who runs what.
+	waitRunning := func(alive []*groupAgent) map[string][]string {
+		t.Helper()
+		var got map[string][]string
+		for ctx.Err() == nil {
+			got = running(alive)
+			ok := len(got) == mirrors
+			for _, who := range got {
+				ok = ok && len(who) == 1
+			}
+			if ok {
+				return got
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatalf("mirrors not each run by one agent: %v", got)
+		return nil
+	}
+	// identical waits until every destination topic has caught up with
+	// its source, then compares them.
+	identical := func(stage string) {
+		t.Helper()
+		for _, tp := range topics {
+			for {
+				se, _ := kadm.NewClient(srcCl).ListEndOffsets(ctx, tp)
+				de, _ := kadm.NewClient(dstCl).ListEndOffsets(ctx, tp)
+				same := se.Error() == nil && de.Error() == nil
+				se.Each(func(o kadm.ListedOffset) {
+					d, ok := de.Lookup(tp, o.Partition)
+					same = same && ok && d.Offset == o.Offset
+				})
+				if same {
+					break
+				}
+				if ctx.Err() != nil {
+					t.Fatalf("%s: %s did not catch up: source %v, destination %v", stage, tp, se.Offsets(), de.Offsets())
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			rep, err := verify.Compare(ctx, srcCl, dstCl, verify.Options{Topic: tp})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !rep.OK() {
+				t.Fatalf("%s: %s differs: %+v", stage, tp, rep.Mismatches)
+			}
+		}
+	}
+
+	owners := waitRunning(agents)
+	per := map[string]int{}
+	for _, who := range owners {
+		per[who[0]]++
+	}
+	if len(per) != 3 {
+		t.Errorf("mirrors run by %v, want every agent to run at least one", per)
+	}
+	t.Logf("mirrors: %v", owners)
+	identical("three agents")
+
+	// Stop the agent with the most mirrors while records keep coming.
+	victim := slices.MaxFunc(agents, func(a, b *groupAgent) int { return per[a.id] - per[b.id] })
+	var moved []string
+	for name, who := range owners {
+		if who[0] == victim.id {
+			moved = append(moved, name)
+		}
+	}
+	slices.Sort(moved)
+	produce(1, 200)
+	stopped := time.Now()
+	victim.stop()
+	produce(2, 200)
+	var alive []*groupAgent
+	for _, a := range agents {
+		if a != victim {
+			alive = append(alive, a)
+		}
+	}
+	after := waitRunning(alive)
+	took := time.Since(stopped)
+	for _, name := range moved {
+		if after[name][0] == victim.id {
+			t.Errorf("mirror %s still on the stopped agent", name)
+		}
+	}
+	t.Logf("%s stopped; its mirrors %v run on %v within %v", victim.id, moved, after, took.Round(time.Millisecond))
+	identical("after " + victim.id + " stopped")
+	for _, a := range alive {
+		for _, m := range a.co.Describe() {
+			for _, tp := range m.Topics {
+				for _, p := range tp.Partitions {
+					if p.State != mirrorapi.StateMirroring {
+						t.Errorf("%s on %s: %s/%d is %s (%s)", m.Name, a.id, tp.Name, p.Partition, p.State, p.Reason)
+					}
+				}
+			}
+		}
+	}
+	// A mirror on another agent refuses lifecycle calls here, naming why.
+	for name, who := range after {
+		for _, a := range alive {
+			if a.id == who[0] {
+				continue
+			}
+			err := a.co.PauseTopics(ctx, name, nil)
+			if err == nil || !strings.Contains(err.Error(), "another agent of the group runs it") {
+				t.Errorf("pause of %s on %s (run by %s): %v, want the refusal naming the group", name, a.id, who[0], err)
+			}
+			return
+		}
+	}
+}
