@@ -243,16 +243,58 @@ func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
 		}
 	}
 	// A mirror on another agent refuses lifecycle calls here, naming why.
+	refused := false
 	for name, who := range after {
 		for _, a := range alive {
-			if a.id == who[0] {
+			if a.id == who[0] || refused {
 				continue
 			}
+			refused = true
 			err := a.co.PauseTopics(ctx, name, nil)
 			if err == nil || !strings.Contains(err.Error(), "another agent of the group runs it") {
 				t.Errorf("pause of %s on %s (run by %s): %v, want the refusal naming the group", name, a.id, who[0], err)
 			}
-			return
 		}
 	}
+
+	// Crash one of the two left (no LeaveGroup, as SIGKILL): the group
+	// hands its mirrors on only once its session ran out at the group
+	// coordinator (6 s after its last heartbeat), then the write grace.
+	crashed := alive[0]
+	survivor := alive[1]
+	produce(3, 200)
+	crashedAt := time.Now()
+	crashed.co.Stop()
+	crashed.member.Abandon()
+	produce(4, 200)
+	all := waitRunning([]*groupAgent{survivor})
+	took = time.Since(crashedAt)
+	t.Logf("%s crashed; %s runs %d mirrors %v later", crashed.id, survivor.id, len(all), took.Round(time.Millisecond))
+	if took < 5*time.Second {
+		t.Errorf("the mirrors of the crashed agent moved after %v, before its session (6s) could have run out", took)
+	}
+	identical("after " + crashed.id + " crashed")
+
+	// A new agent joins: mirrors move to it, handed on (no wait), and
+	// the survivor keeps the rest running.
+	joined := startGroupAgent(t, dstOpts, group, "agent-3")
+	joinedAt := time.Now()
+	produce(5, 200)
+	var split map[string][]string
+	for ctx.Err() == nil {
+		split = waitRunning([]*groupAgent{survivor, joined})
+		n := 0
+		for _, who := range split {
+			if who[0] == joined.id {
+				n++
+			}
+		}
+		if n == mirrors/2 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("%s joined; mirrors %v within %v", joined.id, split, time.Since(joinedAt).Round(time.Millisecond))
+	produce(6, 200)
+	identical("after " + joined.id + " joined")
 }

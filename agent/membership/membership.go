@@ -238,6 +238,17 @@ func (m *Member) Close() {
 	m.cl.Close()
 }
 
+// Abandon stops the member without leaving the group, as a crashed process
+// would: the coordinator removes it once its session runs out, and its
+// items go to the others as orphans of a member that is gone. For a
+// process that cannot vouch that its writes returned, and for tests.
+func (m *Member) Abandon() {
+	m.mu.Lock()
+	m.silent = true
+	m.mu.Unlock()
+	m.Close()
+}
+
 // View returns the member's current share.
 func (m *Member) View() View {
 	m.mu.Lock()

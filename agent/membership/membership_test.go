@@ -107,10 +107,13 @@ func (a *agentUnderTest) close() {
 // kill stops the member the way SIGKILL does: no LeaveGroup, no more
 // heartbeats.
 func (a *agentUnderTest) kill() {
-	a.m.mu.Lock()
-	a.m.silent = true
-	a.m.mu.Unlock()
-	a.close()
+	select {
+	case <-a.done:
+		return
+	default:
+	}
+	close(a.done)
+	a.m.Abandon()
 }
 
 // waitSettled waits until the live agents' views cover every item exactly
