@@ -76,6 +76,9 @@ type Options struct {
 	// /readyz to a caller without a verified TLS client certificate (see
 	// ServerTLS).
 	RequireClientCert bool
+	// AgentID names this agent in the calls it forwards to the other
+	// agents of its group.
+	AgentID string
 }
 
 // Server is the API's handler. It answers /healthz at once, and the other
@@ -92,6 +95,8 @@ type Server struct {
 	// agentStatus answers GET /v1/agent (SetAgentStatus).
 	agentStatus atomic.Pointer[func() mirrorapi.AgentStatus]
 	mux         *http.ServeMux
+	// self names this agent in the calls it forwards (Options.AgentID).
+	self string
 }
 
 // route is one registered route; Routes lists them for the OpenAPI test.
@@ -139,7 +144,7 @@ func OpenAPI() []byte { return slices.Clone(openAPI) }
 
 // New returns a server without a backend yet.
 func New(o Options) *Server {
-	s := &Server{log: o.Logger, mux: http.NewServeMux(), clientCert: o.RequireClientCert}
+	s := &Server{log: o.Logger, mux: http.NewServeMux(), clientCert: o.RequireClientCert, self: o.AgentID}
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
 	}
@@ -198,6 +203,9 @@ func New(o Options) *Server {
 				w.Header().Set("Retry-After", "1")
 				writeError(w, http.StatusServiceUnavailable, mirrorapi.CodeNotReady, "the agent is still loading its state topic; retry shortly")
 				return
+			}
+			if name := r.PathValue("name"); name != "" && !s.route(*b, w, r, name) {
+				return // forwarded to the agent that runs the mirror
 			}
 			rt.handle(s, *b, w, r)
 		})
@@ -283,8 +291,13 @@ func (s *Server) openAPI(_ Backend, w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(openAPI)
 }
 
-func (s *Server) list(b Backend, w http.ResponseWriter, _ *http.Request) {
-	ms := b.Describe()
+func (s *Server) list(b Backend, w http.ResponseWriter, r *http.Request) {
+	ms, err := s.gather(b, r)
+	if err != nil {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, mirrorapi.CodeNotReady, err.Error()+"; retry shortly")
+		return
+	}
 	for i := range ms {
 		ms[i] = normalize(ms[i])
 	}

@@ -6,6 +6,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -67,6 +68,19 @@ type File struct {
 	// LeaseRequestTimeout is how long a write the previous holder issued
 	// may still be on its way (default "30s").
 	LeaseRequestTimeout string `hcl:"lease_request_timeout,optional"`
+	// Coordination is how the agents of one destination share it:
+	// "lease" (the default: one agent writes, the others stand by) or
+	// "group" (a preview: the agents form a group on the destination and
+	// divide its mirrors among them, each mirror run by one agent).
+	Coordination string `hcl:"coordination,optional"`
+	// GroupSessionTimeout is the group's session timeout with
+	// coordination = "group" (default "10s"): the mirrors of an agent
+	// that stopped answering move to the others after it.
+	GroupSessionTimeout string `hcl:"group_session_timeout,optional"`
+	// APIAdvertiseURL is where the other agents of the group reach this
+	// agent's API (default: http(s):// and the listen address, which must
+	// then name a host).
+	APIAdvertiseURL string `hcl:"api_advertise_url,optional"`
 	// Fillers is how invisible destination offsets (source transaction
 	// markers, compaction holes) are written: "coordinator" (an empty
 	// transaction aborted through the destination's transaction
@@ -196,6 +210,32 @@ func (f *File) Check() error {
 			return fmt.Errorf("lease_request_timeout %q: use a positive duration, such as \"30s\"", f.LeaseRequestTimeout)
 		}
 	}
+	switch f.Coordination {
+	case "":
+		f.Coordination = CoordinationLease
+	case CoordinationLease:
+	case CoordinationGroup:
+		if f.LeaseDuration != "" || f.LeaseRequestTimeout != "" {
+			return errors.New(`lease_duration and lease_request_timeout: the writer lease is not used with coordination = "group"; remove them`)
+		}
+	default:
+		return fmt.Errorf("coordination %q: use lease (one agent writes, the others stand by) or group (the agents divide the mirrors)", f.Coordination)
+	}
+	if f.GroupSessionTimeout != "" {
+		d, err := time.ParseDuration(f.GroupSessionTimeout)
+		if err != nil || d < time.Second {
+			return fmt.Errorf("group_session_timeout %q: use a duration of at least 1s, such as \"10s\" (within the destination's group.min.session.timeout.ms and group.max.session.timeout.ms)", f.GroupSessionTimeout)
+		}
+		if f.Coordination != CoordinationGroup {
+			return errors.New(`group_session_timeout: it applies to coordination = "group" only; remove it or set coordination`)
+		}
+	}
+	if f.APIAdvertiseURL != "" {
+		u, err := url.Parse(f.APIAdvertiseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("api_advertise_url %q: give the URL other agents reach this agent's API at, such as \"http://10.0.0.5:8080\"", f.APIAdvertiseURL)
+		}
+	}
 	switch f.Fillers {
 	case "":
 		f.Fillers = FillersAuto
@@ -217,6 +257,19 @@ func (f *File) Check() error {
 		}
 	}
 	return nil
+}
+
+// The values of coordination.
+const (
+	CoordinationLease = "lease"
+	CoordinationGroup = "group"
+)
+
+// SessionTimeout returns group_session_timeout (0 when unset: the
+// membership's default).
+func (f *File) SessionTimeout() time.Duration {
+	d, _ := time.ParseDuration(f.GroupSessionTimeout)
+	return d
 }
 
 // The values of fillers.

@@ -82,8 +82,10 @@ type Config struct {
 	// destination (group mode, group.go): the coordinator follows the
 	// state topic, runs only the mirrors the group gives it, and every
 	// write for one asks Owner whether this agent still owns it.
-	Owner  Owner
-	Logger hclog.Logger
+	Owner Owner
+	// AgentID is this agent's id in the group (group mode).
+	AgentID string
+	Logger  hclog.Logger
 }
 
 // Coordinator keeps the mirrors of one agent and runs each in a

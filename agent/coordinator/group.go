@@ -224,3 +224,63 @@ func (c *Coordinator) ownerError(name string) error {
 	}
 	return fmt.Errorf("mirror %q: %w: another agent of the group runs it; send the call to that agent (kmirror status lists them)", name, ErrNotRunHere)
 }
+
+// Location is where a mirror runs, as this agent knows it (Locate).
+type Location struct {
+	// Here: this agent runs it (always so without a group).
+	Here bool
+	// Agent and API name the agent of the group that owns it, when
+	// another does; API is empty when that agent told none.
+	Agent, API string
+	// Moving: the group has it moving between agents (taken from its
+	// owner, or its new owner waits out the previous one's writes).
+	Moving bool
+	// Generation is the group's generation this says it of.
+	Generation int32
+}
+
+// Locate says where mirror name runs; ok is false when the state topic
+// has no such mirror.
+func (c *Coordinator) Locate(name string) (loc Location, ok bool) {
+	if _, ok := c.store.Get(mirrorKey(name)); !ok {
+		return Location{}, false
+	}
+	if c.cfg.Owner == nil {
+		return Location{Here: true}, true
+	}
+	view := c.cfg.Owner.View()
+	loc.Generation = view.Generation
+	if c.running(name) != nil {
+		loc.Here = true
+		return loc, true
+	}
+	agent, owned := view.Owners[mirrorKey(name)]
+	if _, mine := view.Items[mirrorKey(name)]; !owned || mine {
+		loc.Moving = true // nobody's this generation, or this agent's but waiting
+		return loc, true
+	}
+	loc.Agent = agent
+	for _, m := range view.Members {
+		if m.Agent == agent {
+			loc.API = m.API
+		}
+	}
+	return loc, true
+}
+
+// Peer is another agent of the group and where its API answers.
+type Peer struct{ Agent, API string }
+
+// Peers are the other agents of the group (none without a group).
+func (c *Coordinator) Peers() []Peer {
+	if c.cfg.Owner == nil {
+		return nil
+	}
+	var peers []Peer
+	for _, m := range c.cfg.Owner.View().Members {
+		if m.Agent != c.cfg.AgentID {
+			peers = append(peers, Peer{Agent: m.Agent, API: m.API})
+		}
+	}
+	return peers
+}

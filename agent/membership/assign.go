@@ -21,6 +21,8 @@ type memberMeta struct {
 	Agent   string `json:"agent"`
 	// Process tells this process from another of the same agent id.
 	Process string `json:"process,omitempty"`
+	// API is where the agent's API answers.
+	API string `json:"api,omitempty"`
 	// Previous are the members of the last generation it was assigned in,
 	// PreviousGen (none for a process that never was).
 	Previous    []MemberLoad `json:"previous,omitempty"`
@@ -57,12 +59,16 @@ type assignment struct {
 	// Members are the agents of the generation and how many items each
 	// has, for status.
 	Members []MemberLoad `json:"members,omitempty"`
+	// Owners are the agent ids of the owners of the generation's items,
+	// for calls to be forwarded to them.
+	Owners map[string]string `json:"owners,omitempty"`
 }
 
 // MemberLoad is one member's share of a generation.
 type MemberLoad struct {
 	Agent   string `json:"agent"`
 	Process string `json:"process,omitempty"`
+	API     string `json:"api,omitempty"`
 	Items   int    `json:"items"`
 	Weight  int64  `json:"weight"`
 }
@@ -234,14 +240,20 @@ func assign(items []Item, members []joined) map[string]assignment {
 	}
 	loads := make([]MemberLoad, len(members))
 	for i, m := range members {
-		loads[i] = MemberLoad{Agent: m.meta.Agent, Process: m.meta.Process, Items: len(mine[i]), Weight: load[i]}
+		loads[i] = MemberLoad{Agent: m.meta.Agent, Process: m.meta.Process, API: m.meta.API, Items: len(mine[i]), Weight: load[i]}
+	}
+	owners := map[string]string{}
+	for i, m := range members {
+		for _, k := range mine[i] {
+			owners[k] = m.meta.Agent
+		}
 	}
 	replaced := replacedSince(members)
 	for i, m := range members {
 		slices.Sort(mine[i])
 		slices.Sort(orphans[i])
 		long := replaced || slices.ContainsFunc(orphans[i], func(k string) bool { return waiting[k] })
-		out[m.id] = assignment{Version: 1, Items: mine[i], Orphans: orphans[i], Rejoin: moving, Replaced: long, Members: loads}
+		out[m.id] = assignment{Version: 1, Items: mine[i], Orphans: orphans[i], Rejoin: moving, Replaced: long, Members: loads, Owners: owners}
 	}
 	return out
 }

@@ -119,7 +119,10 @@ type Config struct {
 	WriteGrace time.Duration
 	// Items returns the work as this agent sees it; the leader's view is
 	// the one assigned. Call Member.Refresh when it changes.
-	Items  func() []Item
+	Items func() []Item
+	// API is where this agent's API answers (a URL), told to the other
+	// members so that they can forward calls for the items it owns.
+	API    string
 	Logger hclog.Logger
 }
 
@@ -139,6 +142,10 @@ type View struct {
 	Items      map[string]Grant
 	// Members are the generation's agents and their loads.
 	Members []MemberLoad
+	// Owners are the agent ids of the owners of the generation's items;
+	// an item taken from its owner this generation, to be handed on in
+	// the next, has none.
+	Owners map[string]string
 }
 
 // Member is one agent's membership of the group.
@@ -153,6 +160,7 @@ type Member struct {
 	leader   bool
 	items    map[string]Grant
 	members  []MemberLoad
+	owners   map[string]string
 	// membersGen is the generation of members.
 	membersGen int32
 	weights    map[string]int64
@@ -253,7 +261,7 @@ func (m *Member) Abandon() {
 func (m *Member) View() View {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return View{Generation: m.gen, MemberID: m.memberID, Leader: m.leader, Items: maps.Clone(m.items), Members: slices.Clone(m.members)}
+	return View{Generation: m.gen, MemberID: m.memberID, Leader: m.leader, Items: maps.Clone(m.items), Members: slices.Clone(m.members), Owners: m.owners}
 }
 
 // Changed is closed at the next change of View.
@@ -405,7 +413,7 @@ var errRejoin = errors.New("rejoin")
 // joinAndSync runs one JoinGroup and SyncGroup.
 func (m *Member) joinAndSync(ctx context.Context) error {
 	m.mu.Lock()
-	meta := memberMeta{Version: 1, Agent: m.cfg.AgentID, Process: m.process, Previous: m.members, PreviousGen: m.membersGen}
+	meta := memberMeta{Version: 1, Agent: m.cfg.AgentID, Process: m.process, API: m.cfg.API, Previous: m.members, PreviousGen: m.membersGen}
 	now := time.Now()
 	for k, at := range m.released {
 		if at.After(now) {
@@ -568,7 +576,7 @@ func (m *Member) apply(a assignment, sent time.Time, gen int32) {
 			delete(m.weights, k)
 		}
 	}
-	m.items, m.members, m.membersGen, m.synced = next, a.Members, gen, true
+	m.items, m.members, m.membersGen, m.synced, m.owners = next, a.Members, gen, true, a.Owners
 	m.log.Info("group assignment", "group", m.cfg.Group, "generation", gen, "items", len(next), "orphans", len(a.Orphans), "members", len(a.Members), "rejoin", a.Rejoin)
 	// With a.Rejoin, the member that lost items rejoins once its caller
 	// says they are Released; the others rejoin when the coordinator

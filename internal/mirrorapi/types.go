@@ -311,6 +311,22 @@ type AgentStatus struct {
 	// FillersReason why; empty before the agent first became active.
 	Fillers       string `json:"fillers,omitempty"`
 	FillersReason string `json:"fillers_reason,omitempty"`
+	// Coordination is "group" when the agents of the destination divide
+	// its mirrors (coordination = "group"), empty with the writer lease;
+	// then GroupGeneration is the group's generation as this agent last
+	// joined it and GroupMembers its agents and the mirrors each runs.
+	Coordination    string        `json:"coordination,omitempty"`
+	GroupGeneration int32         `json:"group_generation,omitempty"`
+	GroupMembers    []GroupMember `json:"group_members,omitempty"`
+}
+
+// GroupMember is one agent of the destination's group.
+type GroupMember struct {
+	AgentID string `json:"agent_id"`
+	// API is where its API answers, as it told the group.
+	API string `json:"api,omitempty"`
+	// Mirrors are the mirrors it runs, by name.
+	Mirrors []string `json:"mirrors"`
 }
 
 // AgentRole is an agent's part in the writer lease.

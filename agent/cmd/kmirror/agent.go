@@ -10,12 +10,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/agent/api"
@@ -23,6 +25,7 @@ import (
 	"github.com/kmirror/kmirror/agent/coordinator"
 	"github.com/kmirror/kmirror/agent/kafkaconn"
 	"github.com/kmirror/kmirror/agent/lease"
+	"github.com/kmirror/kmirror/agent/membership"
 	"github.com/kmirror/kmirror/agent/metrics"
 	"github.com/kmirror/kmirror/agent/secrets"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
@@ -145,6 +148,7 @@ func runAgent(ctx context.Context, args []string) error {
 	// the state topic is loaded (and whether this agent is the active one);
 	// the other routes answer 503 until then.
 	var srv *api.Server
+	advertise := cfg.APIAdvertiseURL
 	if cfg.Listen != "" {
 		var tokens []string
 		if cfg.TokenFile != "" {
@@ -169,10 +173,19 @@ func runAgent(ctx context.Context, args []string) error {
 		if tlsCfg != nil {
 			ln = tls.NewListener(ln, tlsCfg)
 		}
-		srv = api.New(api.Options{Tokens: tokens, Logger: log.Named("api"), Metrics: metricsHandler, RequireClientCert: cfg.ClientCAFile != ""})
+		srv = api.New(api.Options{Tokens: tokens, Logger: log.Named("api"), Metrics: metricsHandler, RequireClientCert: cfg.ClientCAFile != "", AgentID: idOf(cfg)})
 		hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = hs.Serve(ln) }()
 		defer hs.Close()
+		if cfg.APIAdvertiseURL == "" {
+			scheme := "http://"
+			if tlsCfg != nil {
+				scheme = "https://"
+			}
+			if host, _, _ := net.SplitHostPort(cfg.Listen); host != "" && !net.ParseIP(host).IsUnspecified() {
+				advertise = scheme + ln.Addr().String()
+			}
+		}
 		if len(tokens) == 0 {
 			log.Warn("API listening without authentication (loopback only); give --token-file to require a bearer token", "address", ln.Addr().String(), "tls", tlsCfg != nil)
 		} else {
@@ -184,12 +197,12 @@ func runAgent(ctx context.Context, args []string) error {
 		srv = api.New(api.Options{Logger: log.Named("api")}) // no listener: nobody calls it
 	}
 	run := &agentRun{cfg: cfg, dstOpts: dstOpts, box: box, log: log, srv: srv, collector: collector}
+	if cfg.Coordination == config.CoordinationGroup {
+		return run.group(ctx, advertise)
+	}
 	duration, requestTimeout := cfg.Lease()
 	if duration == 0 {
-		id := cfg.AgentID
-		if id == "" {
-			id = lease.DefaultAgentID()
-		}
+		id := idOf(cfg)
 		srv.SetAgentStatus(func() mirrorapi.AgentStatus {
 			return run.withFillers(mirrorapi.AgentStatus{AgentID: id, Role: mirrorapi.RoleActive})
 		})
@@ -198,6 +211,9 @@ func runAgent(ctx context.Context, args []string) error {
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
+	if err := checkNoGroup(startCtx, dstOpts, cfg.StateTopic); err != nil {
+		return err
+	}
 	l, err := lease.Open(startCtx, lease.Config{
 		Destination: run.dstOpts, Topic: cfg.StateTopic, AgentID: cfg.AgentID,
 		Duration: duration, RequestTimeout: requestTimeout, Logger: log.Named("lease"),
@@ -245,6 +261,132 @@ func runAgent(ctx context.Context, args []string) error {
 	}
 }
 
+// idOf is the agent's id: agent_id, or HOSTNAME-PID.
+func idOf(cfg *config.File) string {
+	if cfg.AgentID != "" {
+		return cfg.AgentID
+	}
+	return lease.DefaultAgentID()
+}
+
+// group runs the agent as a member of its destination's group of agents
+// (coordination = "group"): it runs the mirrors the group gives it, and its
+// API forwards calls about the others to the agents that run them.
+func (r *agentRun) group(ctx context.Context, advertise string) error {
+	id := idOf(r.cfg)
+	if advertise == "" && r.cfg.Listen != "" {
+		return fmt.Errorf("api_advertise_url: with coordination = \"group\" and listen %q (no host), give the URL other agents reach this agent's API at, such as \"http://10.0.0.5:8080\"", r.cfg.Listen)
+	}
+	if err := r.waitLeaseAgents(ctx, id); err != nil {
+		return err
+	}
+	var co atomic.Pointer[coordinator.Coordinator]
+	m, err := membership.Join(membership.Config{
+		// One group per state topic: the agents that share one.
+		Destination: r.dstOpts, Group: groupID(r.cfg.StateTopic), AgentID: id, SessionTimeout: r.cfg.SessionTimeout(), API: advertise,
+		Items: func() []membership.Item {
+			if c := co.Load(); c != nil {
+				return c.Items()
+			}
+			return nil
+		},
+		Logger: r.log.Named("membership"),
+	})
+	if err != nil {
+		return err
+	}
+	defer m.Close() // after every write of the mirrors returned (term)
+	r.owner = m
+	r.onCoordinator = func(c *coordinator.Coordinator) {
+		co.Store(c)
+		m.Refresh()
+	}
+	r.srv.SetAgentStatus(func() mirrorapi.AgentStatus {
+		v := m.View()
+		return r.withFillers(mirrorapi.AgentStatus{AgentID: id, Role: mirrorapi.RoleActive, Coordination: config.CoordinationGroup,
+			GroupGeneration: v.Generation, GroupMembers: groupMembers(v)})
+	})
+	r.log.Info("agents' group", "agent_id", id, "api", advertise, "session_timeout", r.cfg.SessionTimeout())
+	return r.term(ctx, nil)
+}
+
+// waitLeaseAgents keeps a group agent from writing beside an agent of the
+// writer lease on the same state topic: it refuses to start while one
+// renews the lease, and waits for a holder that stopped renewing (it died
+// without releasing) to run out.
+func (r *agentRun) waitLeaseAgents(ctx context.Context, id string) error {
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	l, err := lease.Open(sctx, lease.Config{Destination: r.dstOpts, Topic: r.cfg.StateTopic, AgentID: id, Logger: r.log.Named("lease")})
+	if err != nil {
+		return fmt.Errorf("reading the writer lease of state topic %q: %w", r.cfg.StateTopic, err)
+	}
+	defer l.Close()
+	st := l.Status()
+	if st.Holder == "" {
+		return nil
+	}
+	r.log.Warn("the writer lease of this state topic is held: waiting to see whether its holder still renews it", "holder", st.Holder, "epoch", st.Epoch, "lease_duration", st.Duration)
+	for {
+		now := l.Status()
+		switch {
+		case now.Holder == "":
+			return nil // released
+		case now.Epoch != st.Epoch || now.SinceRenewal < st.SinceRenewal:
+			return fmt.Errorf(`coordination = "group": agent %s holds the writer lease of state topic %q (epoch %d) and renews it: it runs with coordination = "lease". Stop every lease agent of this state topic before starting the group, or give the group a state_topic of its own`,
+				now.Holder, r.cfg.StateTopic, now.Epoch)
+		case now.SinceRenewal > 2*now.Duration+lease.DefaultRequestTimeout:
+			r.log.Warn("the writer lease's holder stopped renewing it without releasing it: going on", "holder", now.Holder, "since_renewal", now.SinceRenewal)
+			return nil
+		}
+		st = now
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// checkNoGroup keeps a lease agent from writing beside the agents of a
+// group on the same state topic.
+func checkNoGroup(ctx context.Context, dstOpts []kgo.Opt, stateTopic string) error {
+	cl, err := kgo.NewClient(dstOpts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	groups, err := kadm.NewClient(cl).DescribeGroups(ctx, groupID(stateTopic))
+	if err != nil {
+		return fmt.Errorf("looking for agents of coordination = \"group\" on state topic %q: %w", stateTopic, err)
+	}
+	for _, g := range groups {
+		if g.Err == nil && len(g.Members) > 0 {
+			return fmt.Errorf(`state topic %q has %d agent(s) with coordination = "group" (group %s): an agent of the writer lease would write beside them. Give every agent of this state topic the same coordination`,
+				stateTopic, len(g.Members), g.Group)
+		}
+	}
+	return nil
+}
+
+// groupID is the group of the agents that share stateTopic.
+func groupID(stateTopic string) string { return "kmirror-agents." + stateTopic }
+
+// groupMembers lists the group's agents for /v1/agent.
+func groupMembers(v membership.View) []mirrorapi.GroupMember {
+	var out []mirrorapi.GroupMember
+	owned := map[string][]string{}
+	for item, agent := range v.Owners {
+		owned[agent] = append(owned[agent], strings.TrimPrefix(item, "mirror/"))
+	}
+	for _, mm := range v.Members {
+		ms := append([]string{}, owned[mm.Agent]...)
+		slices.Sort(ms)
+		out = append(out, mirrorapi.GroupMember{AgentID: mm.Agent, API: mm.API, Mirrors: ms})
+	}
+	return out
+}
+
 // agentRun runs the coordinator for one term of the writer lease.
 type agentRun struct {
 	cfg       *config.File
@@ -258,6 +400,10 @@ type agentRun struct {
 	// fillers is the filler method of the current term (nil before the
 	// first).
 	fillers atomic.Pointer[fillerChoice]
+	// owner and onCoordinator are the agents' group and what learns of
+	// the coordinator once made (coordination = "group").
+	owner         coordinator.Owner
+	onCoordinator func(*coordinator.Coordinator)
 }
 
 // withFillers adds the filler method in use to st.
@@ -307,6 +453,8 @@ func (r *agentRun) term(ctx context.Context, t *lease.Term) error {
 		SourceFence: coordinator.ACLSourceFence{},
 		Fillers:     fillers.method,
 		Gate:        gate,
+		Owner:       r.owner,
+		AgentID:     idOf(r.cfg),
 		Logger:      r.log,
 	})
 	if err != nil {
@@ -316,6 +464,9 @@ func (r *agentRun) term(ctx context.Context, t *lease.Term) error {
 		return err
 	}
 	defer co.Close()
+	if r.onCoordinator != nil {
+		r.onCoordinator(co)
+	}
 	for _, m := range r.cfg.Mirrors {
 		if err := co.Apply(startCtx, m.Spec()); err != nil {
 			if t != nil && runCtx.Err() != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -10,7 +11,7 @@ import (
 )
 
 func init() {
-	register("status", "show whether the agent is the active writer or a standby (writer lease)", runStatus)
+	register("status", "show whether the agent is the active writer or a standby (writer lease), or the agents of its group and their mirrors", runStatus)
 }
 
 func runStatus(ctx context.Context, args []string) error {
@@ -36,6 +37,9 @@ func runStatus(ctx context.Context, args []string) error {
 	if st.Fillers != "" {
 		fmt.Fprintf(stdout, "fillers: %s (%s)\n", st.Fillers, st.FillersReason)
 	}
+	for _, m := range st.GroupMembers {
+		fmt.Fprintf(stdout, "  %s\t%s\t%d mirror(s) %v\n", m.AgentID, cmp.Or(m.API, "(no API)"), len(m.Mirrors), m.Mirrors)
+	}
 	return nil
 }
 
@@ -43,6 +47,8 @@ func runStatus(ctx context.Context, args []string) error {
 func statusLine(st mirrorapi.AgentStatus) string {
 	lease := time.Duration(st.LeaseDurationMs) * time.Millisecond
 	switch {
+	case st.Coordination == "group":
+		return fmt.Sprintf("agent %s: one of %d agents of the group (generation %d) that divide the mirrors:", st.AgentID, len(st.GroupMembers), st.GroupGeneration)
 	case st.LeaseEpoch == 0 && st.LeaseHolder == "" && st.Role == mirrorapi.RoleActive:
 		return fmt.Sprintf("agent %s: active, without a writer lease", st.AgentID)
 	case st.LeaseHolder == "":

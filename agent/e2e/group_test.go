@@ -1,0 +1,302 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kmirror/kmirror/agent/api"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/workload"
+)
+
+// TestAgentGroup: `kmirror agent` processes with coordination = "group"
+// divide four mirrors among themselves, each run by exactly one, under a
+// steady load. Any agent answers for every mirror (calls forwarded to the
+// owner, lists gathered). One is killed with SIGKILL: its mirrors run on the
+// others once its session ran out. A fourth joins and takes mirrors on. One
+// is frozen past its session and resumes. All restart in turn. After all of
+// it, every topic is offset-identical to its source and every partition
+// MIRRORING.
+func TestAgentGroup(t *testing.T) {
+	forEngines(t, testAgentGroup)
+}
+
+func testAgentGroup(t *testing.T, e engine) {
+	p := newPairOn(t, e, pairOpts{})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	const mirrors = 4
+	var specs []workload.Spec
+	var ms []agentMirror
+	for i := range mirrors {
+		topic := p.name(fmt.Sprintf("group%d", i))
+		createTopic(t, p.srcCl, topic, 2, nil)
+		spec := workload.Spec{Topic: topic, Partitions: 2, Seed: int64(i + 1), Codecs: []string{workload.CodecZstd, workload.CodecNone}, Headers: true}
+		if i == 3 {
+			spec.TransactionalID, spec.AbortEvery = p.name("group-txn"), 3
+		}
+		specs = append(specs, spec)
+		ms = append(ms, agentMirror{Name: fmt.Sprintf("m%d", i), Source: p.src, Topics: []string{topic}})
+	}
+	stopProducing := runProducers(ctx, t, p.src, specs, 200, 50)
+
+	const session = 6 * time.Second
+	agents := map[string]*agentProcess{}
+	start := func(id string) *agentProcess {
+		extra := fmt.Sprintf("agent_id = %q\ncoordination = \"group\"\ngroup_session_timeout = %q\n", id, session)
+		if p.stateTopic != "" {
+			extra += fmt.Sprintf("state_topic = %q\n", p.stateTopic)
+		}
+		a := startAgentProcess(t, writeAgentConfigWith(t, p.dst, extra, ms...), id)
+		agents[id] = a
+		return a
+	}
+	// The first creates the mirrors; the others find them in the state
+	// topic.
+	first := start("a0")
+	for {
+		code, body, err := first.Ready(5 * time.Second)
+		if err == nil && code == http.StatusOK {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("a0 not ready: %d %s %v", code, body, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	start("a1")
+	start("a2")
+
+	// spread waits until the members of the group as alive[0] reports it
+	// are exactly alive, each runs what the agent's own list says, and
+	// every mirror runs on one; it returns mirror → agent.
+	spread := func(stage string, alive ...string) map[string]string {
+		t.Helper()
+		var last string
+		for ctx.Err() == nil {
+			st, err := agents[alive[0]].api.Agent(ctx)
+			if err != nil {
+				last = err.Error()
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			owner := map[string]string{}
+			var members []string
+			ok := true
+			for _, m := range st.GroupMembers {
+				members = append(members, m.AgentID)
+				for _, name := range m.Mirrors {
+					ok = ok && owner[name] == ""
+					owner[name] = m.AgentID
+				}
+			}
+			slices.Sort(members)
+			if ok && len(owner) == mirrors && slices.Equal(members, slices.Sorted(slices.Values(alive))) && running(ctx, agents, owner) {
+				t.Logf("%s: generation %d: %v", stage, st.GroupGeneration, owner)
+				return owner
+			}
+			last = fmt.Sprintf("generation %d, members %v, owners %v", st.GroupGeneration, members, owner)
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Fatalf("%s: the group did not settle: %s", stage, last)
+		return nil
+	}
+	owner := spread("three agents", "a0", "a1", "a2")
+	count := map[string]int{}
+	for _, a := range owner {
+		count[a]++
+	}
+	if len(count) != 3 {
+		t.Errorf("mirrors run by %v, want every agent to run one at least", count)
+	}
+
+	// Every agent answers for every mirror.
+	for id, a := range agents {
+		list, err := a.api.Describe(ctx)
+		if err != nil {
+			t.Fatalf("list through %s: %v", id, err)
+		}
+		if len(list) != mirrors {
+			t.Errorf("list through %s: %d mirrors, want %d", id, len(list), mirrors)
+		}
+		for name, o := range owner {
+			m, err := a.api.Mirror(ctx, name)
+			if err != nil || m.Name != name {
+				t.Errorf("describe %s through %s (run by %s): %v", name, id, o, err)
+			}
+		}
+	}
+
+	// SIGKILL the agent with the most mirrors.
+	victim := "a0"
+	for id, n := range count {
+		if n > count[victim] {
+			victim = id
+		}
+	}
+	killed := time.Now()
+	agents[victim].Kill()
+	delete(agents, victim)
+	var alive []string
+	for id := range agents {
+		alive = append(alive, id)
+	}
+	slices.Sort(alive)
+	spread("after SIGKILL of "+victim, alive...)
+	took := time.Since(killed)
+	// Its session, then the write grace (5 s) for its last writes.
+	t.Logf("SIGKILL of %s: its mirrors run elsewhere %v later", victim, took.Round(time.Millisecond))
+	if took < session-2*time.Second {
+		t.Errorf("the mirrors of %s moved %v after SIGKILL, before its session (%v) could have run out", victim, took, session)
+	}
+
+	// A fourth joins.
+	start("a3")
+	alive = append(alive, "a3")
+	owner = spread("a3 joined", alive...)
+	if !slices.Contains(slices.Collect(maps.Values(owner)), "a3") {
+		t.Errorf("a3 joined but runs no mirror: %v", owner)
+	}
+
+	// Freeze one past its session, then let it resume.
+	frozen := alive[0]
+	agents[frozen].Freeze()
+	time.Sleep(2 * session)
+	agents[frozen].Thaw()
+	spread(frozen+" frozen for "+(2*session).String()+" and resumed", alive...)
+
+	// A rolling restart: each agent in turn stops (SIGTERM: its mirrors
+	// are handed on as it leaves) and starts again with its agent id.
+	for _, id := range slices.Clone(alive) {
+		agents[id].Stop()
+		delete(agents, id)
+		start(id)
+		spread("rolling restart: "+id+" back", alive...)
+	}
+
+	// kmirror status, through any agent, lists the group.
+	out, err := exec.CommandContext(ctx, kmirrorBin(t), "status", "--agent", agents[alive[0]].api.BaseURL).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kmirror status: %v\n%s", err, out)
+	}
+	for _, id := range alive {
+		if !strings.Contains(string(out), "\n  "+id+"\t") {
+			t.Errorf("kmirror status does not list %s:\n%s", id, out)
+		}
+	}
+	t.Logf("kmirror status:\n%s", out)
+
+	stats := stopProducing()
+	var produced int64
+	for _, s := range stats {
+		produced += s.Records
+	}
+	for i, s := range specs {
+		// Through any agent: the list is gathered from all.
+		waitCaughtUp(ctx, t, p.srcCl, p.dstCl, s.Topic, agents[alive[len(alive)-1]], time.Minute)
+		p.assertIdentical(t, s.Topic, identityOpts{wantRecords: stats[i].Records})
+	}
+	for id, a := range agents {
+		list, err := a.api.Describe(ctx)
+		if err != nil {
+			t.Fatalf("list through %s: %v", id, err)
+		}
+		for _, part := range describedPartitions(list) {
+			if part.State != mirrorapi.StateMirroring {
+				t.Errorf("through %s: %s/%d is %s: %s", id, part.Topic, part.Partition, part.State, part.Reason)
+			}
+		}
+	}
+	t.Logf("%d records produced to %d topics, identical on the destination", produced, mirrors)
+}
+
+// running says whether each agent runs what owner gives it: its own list
+// (GET /v1/mirrors as another agent forwards it, which lists the mirrors
+// that agent runs).
+func running(ctx context.Context, agents map[string]*agentProcess, owner map[string]string) bool {
+	for id, a := range agents {
+		var want []string
+		for name, o := range owner {
+			if o == id {
+				want = append(want, name)
+			}
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.api.BaseURL+"/v1/mirrors", nil)
+		if err != nil {
+			return false
+		}
+		req.Header.Set(api.ForwardedHeader, "test")
+		resp, err := a.api.HTTP.Do(req)
+		if err != nil {
+			return false
+		}
+		var dr mirrorapi.DescribeResponse
+		err = json.NewDecoder(resp.Body).Decode(&dr)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return false
+		}
+		var got []string
+		for _, m := range dr.Mirrors {
+			got = append(got, m.Name)
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestAgentGroupAndLeaseDoNotMix: agents of the writer lease and of a group
+// on one state topic would both write. A group agent refuses to start while
+// a lease agent renews the lease, and starts once it released it; a lease
+// agent refuses to start while the group has members.
+func TestAgentGroupAndLeaseDoNotMix(t *testing.T) {
+	p := newPairOn(t, embedded, pairOpts{topic: "mix", partitions: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mirror := agentMirror{Name: "mix", Source: p.src, Topics: []string{p.topic}}
+	leaseCfg := writeAgentConfigWith(t, p.dst, fmt.Sprintf("agent_id = \"l\"\nlease_duration = %q\nlease_request_timeout = %q\n", e2eLease, e2eLeaseTimeout), mirror)
+	groupCfg := writeAgentConfigWith(t, p.dst, "agent_id = \"g\"\ncoordination = \"group\"\ngroup_session_timeout = \"6s\"\n", mirror)
+	refused := func(setup agentSetup, want string) {
+		t.Helper()
+		out, err := exec.CommandContext(ctx, kmirrorBin(t), "agent", "--config", setup.Path).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), want) {
+			t.Fatalf("the agent did not refuse to start (%v), or not saying %q:\n%s", err, want, out)
+		}
+		t.Logf("refused: %s", lastLine(string(out)))
+	}
+
+	l := startAgentProcess(t, leaseCfg, "lease")
+	waitActive(ctx, t, map[string]*agentProcess{"l": l}, "", 30*time.Second)
+	refused(groupCfg, `holds the writer lease`)
+	l.Stop() // releases the lease
+
+	g := startAgentProcess(t, groupCfg, "group")
+	for {
+		if code, _, err := g.Ready(5 * time.Second); err == nil && code == http.StatusOK {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the group agent did not become ready after the lease agent stopped")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	refused(leaseCfg, `agent(s) with coordination = "group"`)
+}
+
+// lastLine is the last non-empty line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
