@@ -356,6 +356,9 @@ func (s *Server) create(b Backend, w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("mirror created", "mirror", spec.Name, "topics", spec.Topics)
+	if !s.placed(b, w, r, spec.Name) {
+		return // answered by the agent the group gave it to
+	}
 	if m, ok := s.mirror(b, w, spec.Name); ok {
 		writeJSON(w, http.StatusCreated, m)
 	}

@@ -5,6 +5,7 @@ package api
 // the caller's credentials; the list of mirrors gathers each agent's own.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -99,25 +100,8 @@ func (s *Server) gather(b Backend, r *http.Request) ([]mirrorapi.Mirror, error) 
 		if p.API == "" {
 			return nil, fmt.Errorf("agent %s of the group told no API address (api_advertise_url)", p.Agent)
 		}
-		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, p.API+"/v1/mirrors", nil)
-		if err != nil {
-			return nil, fmt.Errorf("listing the mirrors of agent %s: %w", p.Agent, err)
-		}
-		req.Header.Set(ForwardedHeader, s.self)
-		if a := r.Header.Get("Authorization"); a != "" {
-			req.Header.Set("Authorization", a)
-		}
-		resp, err := peerClient.Do(req)
-		if err != nil {
-			return nil, fmt.Errorf("listing the mirrors of agent %s at %s: %w", p.Agent, p.API, err)
-		}
 		var dr mirrorapi.DescribeResponse
-		err = json.NewDecoder(resp.Body).Decode(&dr)
-		resp.Body.Close()
-		if err == nil && resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("HTTP %d", resp.StatusCode)
-		}
-		if err != nil {
+		if err := s.peerGet(r.Context(), r, p.API+"/v1/mirrors", &dr); err != nil {
 			return nil, fmt.Errorf("listing the mirrors of agent %s at %s: %w", p.Agent, p.API, err)
 		}
 		for _, m := range dr.Mirrors {
@@ -133,4 +117,78 @@ func (s *Server) gather(b Backend, r *http.Request) ([]mirrorapi.Mirror, error) 
 		}
 	}
 	return ms, nil
+}
+
+// placed waits, in group mode, until the group has given mirror name, just
+// created, to an agent, and answers the creation with that agent's describe
+// when it is another. It returns true when this agent runs it (or there is
+// no group): the caller answers.
+func (s *Server) placed(b Backend, w http.ResponseWriter, r *http.Request, name string) bool {
+	g, ok := b.(Group)
+	if !ok {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), placeTimeout)
+	defer cancel()
+	last := "the group has not given it to an agent"
+	for {
+		loc, ok := g.Locate(name)
+		switch {
+		case !ok || loc.Here:
+			return true
+		case !loc.Moving && loc.API != "":
+			// Its new owner may still wait out the write grace: it
+			// answers 503 until it runs it.
+			m, err := s.describeAt(ctx, r, loc.API, name)
+			if err == nil {
+				writeJSON(w, http.StatusCreated, normalize(m))
+				return false
+			}
+			last = fmt.Sprintf("agent %s, which the group gave it to, did not describe it: %v", loc.Agent, err)
+		}
+		select {
+		case <-ctx.Done():
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, mirrorapi.CodeNotReady, fmt.Sprintf(
+				"mirror %q was created, and does not run on an agent of the group within %v (%s): read it again shortly", name, placeTimeout, last))
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// placeTimeout bounds how long a creation waits for the group to place the
+// new mirror: a new mirror is an orphan to the group, whose new owner waits
+// out the write grace (5 s) before it runs it.
+const placeTimeout = 30 * time.Second
+
+// describeAt reads mirror name from the agent at api, with r's credentials.
+func (s *Server) describeAt(ctx context.Context, r *http.Request, api, name string) (mirrorapi.Mirror, error) {
+	var m mirrorapi.Mirror
+	err := s.peerGet(ctx, r, api+"/v1/mirrors/"+url.PathEscape(name), &m)
+	return m, err
+}
+
+// peerGet GETs the JSON at u from another agent of the group, as a call
+// forwarded by this one with r's credentials, into out.
+func (s *Server) peerGet(ctx context.Context, r *http.Request, u string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set(ForwardedHeader, s.self)
+	if a := r.Header.Get("Authorization"); a != "" {
+		req.Header.Set("Authorization", a)
+	}
+	resp, err := peerClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var e mirrorapi.Error
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		return fmt.Errorf("HTTP %d %s: %s", resp.StatusCode, e.Code, e.Message)
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
 }

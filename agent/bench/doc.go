@@ -32,8 +32,13 @@
 //     to either cluster (internal/netshape), a transactional source written
 //     by the Java producer and its plain twin, a compacted source with 50%
 //     holes; MB/s, CPU-seconds per GB and peak RSS of each, as ratios.
+//   - BenchmarkAgents: 1, 2 and 3 `kmirror agent` processes with
+//     coordination = "group", each GOMAXPROCS=1, copying six sources (one
+//     mirror each, 2400 MB of 1 KiB values) between the same two Kafka
+//     4.4.0 clusters in one run; MB/s and CPU per GB as ratios to one
+//     agent (KMIRROR_BENCH_AGENTS_MB changes the payload).
 //
-// Except in BenchmarkMirrorMaker, the clusters are kfake
+// Except in BenchmarkMirrorMaker and BenchmarkAgents, the clusters are kfake
 // (internal/devcluster) in lenient mode: the strict-validation layer costs
 // about half of kfake's produce throughput and would measure the test
 // harness, not the agent. They run on the same

@@ -159,12 +159,19 @@ mirror "backlog" {
   topics = %s
 }
 `, hclList(dst), addr, agentProcs.Add(1), hclList(src), hclList(topics))
+	return startAgentProc(b, cfg), "http://" + addr
+}
+
+// startAgentProc starts `kmirror agent` with config cfg (HCL) and env added
+// to its environment.
+func startAgentProc(b *testing.B, cfg string, env ...string) *proc {
+	b.Helper()
 	path := filepath.Join(b.TempDir(), "agent.hcl")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		b.Fatal(err)
 	}
 	cmd := exec.Command(kmirrorBin(b), "agent", "--config", path)
-	cmd.Env = childEnv()
+	cmd.Env = append(childEnv(), env...)
 	stderr := &lockedBuffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
@@ -172,7 +179,7 @@ mirror "backlog" {
 	}
 	p := &proc{cmd: cmd, done: make(chan struct{}), stderr: stderr}
 	go func() { _ = cmd.Wait(); close(p.done) }()
-	return p, "http://" + addr
+	return p
 }
 
 func hclList(ss []string) string {

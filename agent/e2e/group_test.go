@@ -194,6 +194,27 @@ func testAgentGroup(t *testing.T, e engine) {
 	}
 	t.Logf("kmirror status:\n%s", out)
 
+	// A mirror created through one agent: the group places it, and the
+	// creation answers with its describe, from whichever agent runs it.
+	apiTopic := p.name("groupapi")
+	createTopic(t, p.srcCl, apiTopic, 2, nil)
+	apiStats, err := workload.Produce(ctx, p.srcOpts(), workload.Spec{Topic: apiTopic, Partitions: 2, Records: 500, Seed: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The creation waits for the placement: the new owner waits out the
+	// write grace (5 s) first.
+	cl := mirrorapi.NewClient(agents[alive[0]].api.BaseURL, "")
+	cl.HTTP = &http.Client{Timeout: time.Minute}
+	placing := time.Now()
+	created, err := cl.Create(ctx, mirrorapi.MirrorSpec{Name: "m4", Source: mirrorapi.Source{BootstrapServers: p.src.Bootstrap()}, Topics: []string{apiTopic}})
+	if err != nil || created.Name != "m4" || len(created.Topics) != 1 {
+		t.Fatalf("create m4 through %s: %+v, %v", alive[0], created, err)
+	}
+	t.Logf("m4 created through %s and described by its owner after %v", alive[0], time.Since(placing).Round(time.Millisecond))
+	waitCaughtUp(ctx, t, p.srcCl, p.dstCl, apiTopic, agents[alive[1]], time.Minute)
+	p.assertIdentical(t, apiTopic, identityOpts{wantRecords: apiStats.Records})
+
 	stats := stopProducing()
 	var produced int64
 	for _, s := range stats {

@@ -1,0 +1,175 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
+)
+
+// agentsMB is BenchmarkAgents' payload, over agentsTopics topics (one
+// mirror each); KMIRROR_BENCH_AGENTS_MB changes it.
+const (
+	agentsMB     = 2400
+	agentsTopics = 6
+)
+
+// BenchmarkAgents measures what scaling out buys: 1, 2 and 3 `kmirror
+// agent` processes with coordination = "group", each limited to one core
+// (GOMAXPROCS=1), copy the same six sources (one mirror each) between the
+// same two Kafka 4.4.0 clusters, in one run. The agents join first; then
+// the mirrors are created through one of them and the group spreads them.
+// MB/s over the window from a tenth of the copy to its end and the agents'
+// CPU per GB, as ratios to one agent. On this 2-core machine the brokers
+// share the cores with the agents, so the ratios bound what more agents
+// buy here from below.
+func BenchmarkAgents(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	pe := startPeerEnv(b, devcluster.Kafka)
+	mb := agentsMB
+	if v, err := strconv.Atoi(os.Getenv("KMIRROR_BENCH_AGENTS_MB")); err == nil && v > 0 {
+		mb = v
+	}
+	var srcs []source
+	var total, stored int64
+	for i := range agentsTopics {
+		s := produceSource(ctx, b, pe.env, fmt.Sprintf("agents-%d", i), mb/agentsTopics)
+		srcs = append(srcs, s)
+		total += s.total
+		stored += s.stored
+	}
+	figure("agents: %d sources of %d partitions, %.0f MB of batches", agentsTopics, partitions, float64(stored)/MB)
+	var runs []result
+	for n := 1; n <= 3; n++ {
+		r := runAgents(ctx, b, pe, srcs, n, total, stored)
+		runs = append(runs, r)
+		figure("  %d agent(s): %.1f MB/s over %.1fs, %.2f CPU-s/GB", n, r.mbps(), r.elapsed.Seconds(), r.cpu.Seconds()/(r.bytes/1e9))
+	}
+	var sb strings.Builder
+	w := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "agents\tMB/s\tratio to 1\tCPU-s/GB\tratio to 1\t\n")
+	for i, r := range runs {
+		fmt.Fprintf(w, "%d\t%.1f\t%.3g\t%.2f\t%.3g\t\n", i+1, r.mbps(), r.mbps()/runs[0].mbps(),
+			r.cpu.Seconds()/(r.bytes/1e9), (r.cpu.Seconds()/r.bytes)/(runs[0].cpu.Seconds()/runs[0].bytes))
+		b.ReportMetric(r.mbps()/runs[0].mbps(), fmt.Sprintf("x_%d_agents", i+1))
+	}
+	w.Flush()
+	figure("group mode on Kafka 4.4.0, each agent GOMAXPROCS=1 (MB/s of source batches and CPU over the window from a tenth of the copy to its end):\n%s",
+		strings.TrimRight(sb.String(), "\n"))
+}
+
+// runAgents copies srcs with n group agents of a state topic of their own,
+// into fresh destination topics.
+func runAgents(ctx context.Context, b *testing.B, pe *peerEnv, srcs []source, n int, total, stored int64) result {
+	b.Helper()
+	for _, s := range srcs {
+		if err := deleteTopic(ctx, pe.dstAdm, s.topic); err != nil {
+			b.Fatal(err)
+		}
+		waitTopicGone(ctx, b, pe.env, s.topic)
+	}
+	state := fmt.Sprintf("__kmirror_state_agents%d_%d", n, agentProcs.Add(1))
+	var procs []*proc
+	var apis []*mirrorapi.Client
+	for i := range n {
+		p, api := groupAgentProc(b, pe.dstBoot, state, fmt.Sprintf("agent-%d", i))
+		defer p.stop()
+		procs = append(procs, p)
+		apis = append(apis, mirrorapi.NewClient(api, ""))
+	}
+	// Every agent in the group before the mirrors exist.
+	if err := waitFor(ctx, 100*time.Millisecond, func() (bool, error) {
+		st, err := apis[0].Agent(ctx)
+		return err == nil && len(st.GroupMembers) == n, nil
+	}); err != nil {
+		b.Fatalf("%d agents did not form a group: %v", n, err)
+	}
+	// All at once: the group places them in one rebalance.
+	var wg sync.WaitGroup
+	errs := make(chan error, len(srcs))
+	for _, s := range srcs {
+		spec := mirrorapi.MirrorSpec{Name: s.topic, Source: mirrorapi.Source{BootstrapServers: pe.srcBoot}, Topics: []string{s.topic}}
+		wg.Go(func() {
+			if _, err := apis[0].Create(ctx, spec); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	done := make(chan error, n)
+	for _, p := range procs {
+		go func() {
+			<-p.done
+			done <- fmt.Errorf("an agent exited: %s", p.stderr.String())
+		}()
+	}
+	r, err := watch{name: fmt.Sprintf("%d agents", n), total: total, stored: stored, done: done, every: peerPoll,
+		progress: func() (int64, error) {
+			var sum int64
+			for _, s := range srcs {
+				ends, err := pe.dstAdm.ListEndOffsets(ctx, s.topic)
+				if err != nil {
+					return sum, nil // not created yet
+				}
+				ends.Each(func(o kadm.ListedOffset) {
+					if o.Err == nil {
+						sum += o.Offset
+					}
+				})
+			}
+			return sum, nil
+		},
+		cpu: func() (time.Duration, error) {
+			var sum time.Duration
+			for _, p := range procs {
+				c, err := treeCPU(p.pid())
+				if err != nil {
+					return 0, err
+				}
+				sum += c
+			}
+			return sum, nil
+		}}.measure(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if st, err := apis[0].Agent(ctx); err == nil {
+		for _, m := range st.GroupMembers {
+			figure("    %s ran %v", m.AgentID, m.Mirrors)
+		}
+	}
+	return r
+}
+
+// groupAgentProc starts `kmirror agent` with coordination = "group" on
+// state topic state, limited to one core, and returns it with its API URL.
+func groupAgentProc(b *testing.B, dst []string, state, id string) (*proc, string) {
+	b.Helper()
+	addr := devclustertest.FreeAddr(b)
+	cfg := fmt.Sprintf(`destination {
+  bootstrap_servers = %s
+}
+listen       = %q
+log_level    = "error"
+state_topic  = %q
+agent_id     = %q
+coordination = "group"
+`, hclList(dst), addr, state, id)
+	return startAgentProc(b, cfg, "GOMAXPROCS=1"), "http://" + addr
+}
