@@ -47,6 +47,7 @@ func runAgent(ctx context.Context, args []string) error {
 	agentID := fs.String("agent-id", "", "this agent's name in the writer lease, describe and logs (overrides agent_id in the config file; default HOSTNAME-PID)")
 	fillers := fs.String("fillers", "", "how invisible destination offsets are written: auto, coordinator or markers (overrides fillers in the config file; default auto)")
 	leaseDuration := fs.String("lease-duration", "", "writer lease between agents sharing the destination and state topic, such as 15s; 0s runs without one, for a destination only this agent writes to (overrides lease_duration in the config file)")
+	apiAdvertiseURL := fs.String("api-advertise-url", "", "with coordination = \"group\": where the other agents reach this agent's API, such as http://10.0.0.5:8080 (env KMIRROR_API_ADVERTISE_URL; overrides api_advertise_url)")
 	secretKeyFile := fs.String("secret-key-file", "", "file with the AES-256 key (64 hex digits, as openssl rand -hex 32 prints, or base64) that encrypts literal secrets of mirror sources in the state topic (env KMIRROR_SECRET_KEY_FILE; overrides secret_key_file)")
 	tlsCertFile := fs.String("tls-cert-file", "", "PEM certificate of the API, to serve HTTPS (env KMIRROR_TLS_CERT_FILE; overrides tls_cert_file)")
 	tlsKeyFile := fs.String("tls-key-file", "", "PEM private key of --tls-cert-file (env KMIRROR_TLS_KEY_FILE; overrides tls_key_file)")
@@ -98,6 +99,7 @@ func runAgent(ctx context.Context, args []string) error {
 		{*tlsCertFile, "KMIRROR_TLS_CERT_FILE", &cfg.TLSCertFile},
 		{*tlsKeyFile, "KMIRROR_TLS_KEY_FILE", &cfg.TLSKeyFile},
 		{*clientCAFile, "KMIRROR_CLIENT_CA_FILE", &cfg.ClientCAFile},
+		{*apiAdvertiseURL, "KMIRROR_API_ADVERTISE_URL", &cfg.APIAdvertiseURL},
 	} {
 		if v := cmp.Or(o.flag, os.Getenv(o.env)); v != "" {
 			*o.dst = v
