@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/agent/api"
@@ -213,7 +214,7 @@ func runAgent(ctx context.Context, args []string) error {
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	if err := checkNoGroup(startCtx, dstOpts, cfg.StateTopic); err != nil {
+	if err := checkNoGroup(startCtx, dstOpts, cfg.StateTopic, log); err != nil {
 		return err
 	}
 	l, err := lease.Open(startCtx, lease.Config{
@@ -351,24 +352,37 @@ func (r *agentRun) waitLeaseAgents(ctx context.Context, id string) error {
 }
 
 // checkNoGroup keeps a lease agent from writing beside the agents of a
-// group on the same state topic.
-func checkNoGroup(ctx context.Context, dstOpts []kgo.Opt, stateTopic string) error {
+// group on the same state topic. It is a guard, not a requirement: when the
+// destination cannot say (no group coordinator yet on a new cluster, no
+// DESCRIBE right on the group), the agent starts, saying so.
+func checkNoGroup(ctx context.Context, dstOpts []kgo.Opt, stateTopic string, log hclog.Logger) error {
 	cl, err := kgo.NewClient(dstOpts...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	groups, err := kadm.NewClient(cl).DescribeGroups(ctx, groupID(stateTopic))
-	if err != nil {
-		return fmt.Errorf("looking for agents of coordination = \"group\" on state topic %q: %w", stateTopic, err)
-	}
-	for _, g := range groups {
-		if g.Err == nil && len(g.Members) > 0 {
-			return fmt.Errorf(`state topic %q has %d agent(s) with coordination = "group" (group %s): an agent of the writer lease would write beside them. Give every agent of this state topic the same coordination`,
-				stateTopic, len(g.Members), g.Group)
+	group := groupID(stateTopic)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		groups, err := kadm.NewClient(cl).DescribeGroups(ctx, group)
+		if err == nil {
+			err = groups.Error()
 		}
+		if err == nil {
+			for _, g := range groups {
+				if len(g.Members) > 0 {
+					return fmt.Errorf(`state topic %q has %d agent(s) with coordination = "group" (group %s): an agent of the writer lease would write beside them. Give every agent of this state topic the same coordination`,
+						stateTopic, len(g.Members), g.Group)
+				}
+			}
+			return nil
+		}
+		if !kerr.IsRetriable(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			log.Warn(`could not check that no agent of coordination = "group" uses this state topic; starting`, "group", group, "error", err)
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	return nil
 }
 
 // groupID is the group of the agents that share stateTopic.
