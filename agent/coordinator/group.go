@@ -122,10 +122,6 @@ func (c *Coordinator) records() map[string]mirror.Record {
 // runners. It returns when it should look again for a mirror whose wait is
 // not over (zero: nothing to wait for).
 func (c *Coordinator) reconcile(ctx context.Context) (wake time.Time) {
-	// Admin operations stop and start mirrors themselves (a delete stops
-	// its mirror before it removes the record): one at a time.
-	adminMu.Lock()
-	defer adminMu.Unlock()
 	recs := c.records()
 	view := c.cfg.Owner.View()
 	now := time.Now()
@@ -192,6 +188,15 @@ func (c *Coordinator) reconcile(ctx context.Context) (wake time.Time) {
 	if len(start) == 0 {
 		return wake
 	}
+	// Admin operations stop and start mirrors themselves (a delete stops
+	// its mirror before it removes its record, which must not start it
+	// again in between): starts wait for them. Stops above do not: a
+	// promote may hold them for minutes, and a mirror taken from this
+	// agent must stop at once.
+	if !adminMu.TryLock() {
+		return time.Now().Add(250 * time.Millisecond)
+	}
+	defer adminMu.Unlock()
 	// What the previous owner wrote last is in the store before the
 	// mirror starts from it.
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
