@@ -11,7 +11,6 @@ import (
 	"maps"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -107,6 +106,8 @@ type Coordinator struct {
 	// stopping are mirrors the group took from this agent, closed once
 	// their runner stopped (group mode).
 	stopping map[string]chan struct{}
+	// stopped tells follow that a mirror in stopping has stopped.
+	stopped chan struct{}
 	// granted are the items of the group's last view reconciled.
 	granted map[string]membership.Grant
 }
@@ -164,6 +165,7 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 		writer:   w,
 		mirrors:  map[string]*mirror.Runner{},
 		stopping: map[string]chan struct{}{},
+		stopped:  make(chan struct{}, 1),
 		// The agent's own writing client: Check produces through a
 		// DENY with it to learn whether the agent is a super user.
 		ro: mirror.NewReadOnly(readonly.New(dstAdm, readonly.WithClient(dst), readonly.WithGate(cfg.Gate)), cfg.Logger),
@@ -190,17 +192,11 @@ func (c *Coordinator) Close() {
 
 // Mirrors returns the specs of every persisted mirror, by name.
 func (c *Coordinator) Mirrors() []mirrorspec.Spec {
-	var out []mirrorspec.Spec
-	for k, v := range c.store.All() {
-		if !strings.HasPrefix(k, "mirror/") {
-			continue
-		}
-		var r mirror.Record
-		if json.Unmarshal(v, &r) == nil {
-			out = append(out, r.Spec)
-		}
+	recs, _ := c.records()
+	out := make([]mirrorspec.Spec, 0, len(recs))
+	for _, name := range slices.Sorted(maps.Keys(recs)) {
+		out = append(out, recs[name].Spec)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
@@ -273,21 +269,16 @@ func (c *Coordinator) sourceOpts(spec mirrorspec.Spec) ([]kgo.Opt, error) {
 // Run runs every persisted mirror, and those applied later, until ctx ends;
 // in group mode (Config.Owner), those the group gives this agent.
 func (c *Coordinator) Run(ctx context.Context) error {
+	recs, unreadable := c.records()
+	for k, err := range unreadable {
+		c.log.Error("skipping unreadable mirror record", "key", k, "error", err)
+	}
 	c.mu.Lock()
 	c.runCtx = ctx
-	for k, v := range c.store.All() {
-		if c.cfg.Owner != nil {
-			break // follow starts them
+	if c.cfg.Owner == nil { // in group mode, follow starts them
+		for _, rec := range recs {
+			c.startLocked(rec)
 		}
-		if !strings.HasPrefix(k, "mirror/") {
-			continue
-		}
-		var rec mirror.Record
-		if err := json.Unmarshal(v, &rec); err != nil {
-			c.log.Error("skipping unreadable mirror record", "key", k, "error", err)
-			continue
-		}
-		c.startLocked(rec)
 	}
 	c.mu.Unlock()
 	if c.cfg.Owner != nil {

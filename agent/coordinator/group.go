@@ -40,11 +40,12 @@ type Owner interface {
 }
 
 // Items are the mirrors of the state topic as items of the agents' group,
-// keyed as their records are ("mirror/NAME").
+// keyed as their records are ("mirror/NAME"). The group's leader asks at
+// every heartbeat: the keys are enough, no record is decoded.
 func (c *Coordinator) Items() []membership.Item {
 	var out []membership.Item
-	for _, s := range c.Mirrors() {
-		out = append(out, membership.Item{Key: mirrorKey(s.Name)})
+	for _, k := range c.store.Keys("mirror/") {
+		out = append(out, membership.Item{Key: k})
 	}
 	return out
 }
@@ -80,12 +81,13 @@ func (c *Coordinator) follow(ctx context.Context) {
 	var known []string // the mirrors offered to the group
 	for {
 		ownerChanged, storeChanged := c.cfg.Owner.Changed(), c.store.Changed()
-		names := slices.Sorted(maps.Keys(c.records()))
+		recs, _ := c.records()
+		names := slices.Sorted(maps.Keys(recs))
 		if !slices.Equal(names, known) {
 			known = names
 			c.cfg.Owner.Refresh()
 		}
-		wake := c.reconcile(ctx)
+		wake := c.reconcile(ctx, recs)
 		var timer <-chan time.Time
 		if !wake.IsZero() {
 			timer = time.After(time.Until(wake))
@@ -95,14 +97,16 @@ func (c *Coordinator) follow(ctx context.Context) {
 			return
 		case <-ownerChanged:
 		case <-storeChanged:
+		case <-c.stopped:
 		case <-timer:
 		}
 	}
 }
 
-// records returns every mirror record of the state topic, by name.
-func (c *Coordinator) records() map[string]mirror.Record {
-	out := map[string]mirror.Record{}
+// records returns every mirror record of the state topic, by name, and the
+// keys of those that do not decode.
+func (c *Coordinator) records() (recs map[string]mirror.Record, unreadable map[string]error) {
+	recs = map[string]mirror.Record{}
 	for k, v := range c.store.All() {
 		name, ok := strings.CutPrefix(k, "mirror/")
 		if !ok {
@@ -110,19 +114,22 @@ func (c *Coordinator) records() map[string]mirror.Record {
 		}
 		var rec mirror.Record
 		if err := json.Unmarshal(v, &rec); err != nil {
+			if unreadable == nil {
+				unreadable = map[string]error{}
+			}
+			unreadable[k] = err
 			continue
 		}
-		out[name] = rec
+		recs[name] = rec
 	}
-	return out
+	return recs, unreadable
 }
 
 // reconcile stops the mirrors this agent may no longer run, starts those
 // it now may, and passes spec changes another agent wrote on to the
 // runners. It returns when it should look again for a mirror whose wait is
 // not over (zero: nothing to wait for).
-func (c *Coordinator) reconcile(ctx context.Context) (wake time.Time) {
-	recs := c.records()
+func (c *Coordinator) reconcile(ctx context.Context, recs map[string]mirror.Record) (wake time.Time) {
 	view := c.cfg.Owner.View()
 	now := time.Now()
 
@@ -147,6 +154,10 @@ func (c *Coordinator) reconcile(ctx context.Context) (wake time.Time) {
 			delete(c.stopping, name)
 			c.mu.Unlock()
 			close(done)
+			select {
+			case c.stopped <- struct{}{}: // reconcile again: it may be ours again
+			default:
+			}
 			c.cfg.Owner.Released(mirrorKey(name))
 			c.log.Info("mirror handed on", "mirror", name)
 		}()
@@ -174,7 +185,7 @@ func (c *Coordinator) reconcile(ctx context.Context) (wake time.Time) {
 			continue
 		}
 		if _, stopping := c.stopping[name]; stopping {
-			continue // its release wakes reconcile again
+			continue // its stop wakes follow, which reconciles again
 		}
 		if now.Before(g.WritableAt) {
 			if wake.IsZero() || g.WritableAt.Before(wake) {
@@ -208,9 +219,10 @@ func (c *Coordinator) reconcile(ctx context.Context) (wake time.Time) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	fresh, _ := c.records()
 	for _, rec := range start {
-		if fresh, ok := c.records()[rec.Spec.Name]; ok && c.runCtx.Err() == nil {
-			c.startLocked(fresh)
+		if rec, ok := fresh[rec.Spec.Name]; ok && c.runCtx.Err() == nil {
+			c.startLocked(rec)
 			c.log.Info("mirror taken on", "mirror", rec.Spec.Name, "generation", view.Generation)
 		}
 	}

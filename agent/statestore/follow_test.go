@@ -2,6 +2,7 @@ package statestore
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,9 +14,15 @@ import (
 
 // Two agents' stores on one state topic: each learns what the other writes
 // (Follow, Changed, Sync), and a store never goes back to an older value of
-// a key it wrote since.
+// a key it wrote since. On each engine.
 func TestFollow(t *testing.T) {
-	c := devclustertest.Start(t, devcluster.Name("state"))
+	for _, engine := range []devcluster.EngineKind{devcluster.Embedded, devcluster.Kafka} {
+		t.Run(string(engine), func(t *testing.T) { testFollow(t, engine) })
+	}
+}
+
+func testFollow(t *testing.T, engine devcluster.EngineKind) {
+	c := devclustertest.Start(t, devcluster.Engine(engine), devcluster.Name("state-"+string(engine)))
 	opts := []kgo.Opt{kgo.SeedBrokers(c.Bootstrap()...)}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -52,6 +59,9 @@ func TestFollow(t *testing.T) {
 	}
 	if v, ok := b.Get("mirror/two"); !ok || string(v) != "2" {
 		t.Fatalf("b has mirror/two = %q, %v after Changed, want 2", v, ok)
+	}
+	if got, want := b.Keys("mirror/"), []string{"mirror/one", "mirror/two"}; !slices.Equal(got, want) {
+		t.Fatalf("b's mirror keys %v, want %v", got, want)
 	}
 
 	// a writes one key many times while following its own writes: each

@@ -15,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -306,6 +308,20 @@ func (s *Store) Get(key string) ([]byte, bool) {
 	defer s.mu.Unlock()
 	v, ok := s.values[key]
 	return v, ok
+}
+
+// Keys returns the keys that start with prefix, sorted.
+func (s *Store) Keys(prefix string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for k := range s.values {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // All returns a copy of every key and value.
