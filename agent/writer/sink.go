@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kmirror/kmirror/agent/leaders"
+	"github.com/kmirror/kmirror/agent/writegate"
 )
 
 // Plain (non-transactional) produces and filler markers are coalesced per
@@ -113,11 +114,11 @@ type pending struct {
 	batch    []byte
 	markers  int
 	producer Producer
-	gate     func() error  // the caller's checks (writegate), asked when it leaves
-	done     chan produced // buffered: the sender never blocks
-	answered chan struct{} // closed once done holds the answer
-	sent     bool          // guarded by sink.mu
-	gone     bool          // the caller gave up, guarded by sink.mu
+	gate     *writegate.Gate // the caller's checks, asked when it leaves
+	done     chan produced   // buffered: the sender never blocks
+	answered chan struct{}   // closed once done holds the answer
+	sent     bool            // guarded by sink.mu
+	gone     bool            // the caller gave up, guarded by sink.mu
 }
 
 // answer gives p its result; called once.
@@ -370,11 +371,14 @@ func (s *sink) send(r *request) {
 	if err := s.w.Allowed(context.Background()); err != nil {
 		answer = failedCall(nil, err)
 	} else {
+		// Items of one mirror share its gate: each is asked once.
+		asked := map[*writegate.Gate]error{}
 		send := r.items
 		for i, p := range r.items {
-			var err error
-			if p.gate != nil {
-				err = p.gate()
+			err, ok := asked[p.gate]
+			if !ok {
+				err = p.gate.Check()
+				asked[p.gate] = err
 			}
 			switch {
 			case err != nil && r.refused == nil:
@@ -388,7 +392,7 @@ func (s *sink) send(r *request) {
 		}
 		switch {
 		case len(send) == 0:
-			answer = failedCall(nil, r.refused[0])
+			answer = nil // every item refused: nothing left, no broker asked
 		case r.markers:
 			answer = s.w.issue(s.lane, markersRequest(send))
 		default:
@@ -454,11 +458,17 @@ func markersRequest(items []*pending) *kmsg.WriteTxnMarkersRequest {
 	}
 }
 
-// finish answers each item of r once its response (or error) came.
+// finish answers each item of r once its response (or error) came; a is
+// nil when every item was refused before the request left.
 func (s *sink) finish(r *request, a *call) {
-	<-a.done
+	if a != nil {
+		<-a.done
+	}
 	results := make([]produced, len(r.items))
 	switch {
+	case a == nil:
+		// Every item is in r.refused, answered below; no broker said
+		// anything of the partitions' leaders.
 	case a.err != nil:
 		for _, p := range r.items {
 			s.w.meta.Invalidate(p.tp.topic)

@@ -364,8 +364,9 @@ func TestProduceErrorReachesOnlyItsPartition(t *testing.T) {
 }
 
 // The checks a caller's context carries (writegate: the mirror's owner) are
-// asked when its batch leaves, for that batch alone: a refused batch is not
-// sent and answers the refusal; the others of its request land.
+// asked when its batch leaves, once per request for the batches of one
+// mirror, and for those batches alone: a refused batch is not sent and
+// answers the refusal; the others of its request land.
 func TestProduceGateRefusesOnlyItsItem(t *testing.T) {
 	f := start(t)
 	f.oneAtATime()
@@ -374,8 +375,10 @@ func TestProduceGateRefusesOnlyItsItem(t *testing.T) {
 	ctx := context.Background()
 	errNotOwner := errors.New("not the owner")
 	var owner atomic.Bool
+	var asked atomic.Int32
 	owner.Store(true)
 	gated := writegate.With(ctx, func() error {
+		asked.Add(1)
 		if owner.Load() {
 			return nil
 		}
@@ -387,13 +390,14 @@ func TestProduceGateRefusesOnlyItsItem(t *testing.T) {
 	var rs []<-chan result
 	for p := int32(1); p < 4; p++ {
 		c := ctx
-		if p == 2 {
-			c = gated
+		if p >= 2 {
+			c = gated // t/2 and t/3: one mirror
 		}
 		rs = append(rs, f.async(c, "t", p, plain(t, 2)))
 	}
 	f.queued(t, "t", 3)
 	owner.Store(false) // after it was queued: the check is when it leaves
+	asked.Store(0)
 	o.releaseReq(0)
 	if r := wait(t, first); r.err != nil || r.off != 0 {
 		t.Fatalf("first produce: offset %d, %v", r.off, r.err)
@@ -401,10 +405,10 @@ func TestProduceGateRefusesOnlyItsItem(t *testing.T) {
 	for i, ch := range rs {
 		p := int32(i + 1)
 		r := wait(t, ch)
-		if p == 2 {
+		if p >= 2 {
 			var pe *ProduceError
-			if !errors.As(r.err, &pe) || !errors.Is(r.err, errNotOwner) || pe.Partition != 2 {
-				t.Errorf("partition 2: offset %d, error %v; want the refusal for t/2", r.off, r.err)
+			if !errors.As(r.err, &pe) || !errors.Is(r.err, errNotOwner) || pe.Partition != p {
+				t.Errorf("partition %d: offset %d, error %v; want the refusal for t/%d", p, r.off, r.err, p)
 			}
 			continue
 		}
@@ -412,12 +416,17 @@ func TestProduceGateRefusesOnlyItsItem(t *testing.T) {
 			t.Errorf("partition %d: offset %d, %v", p, r.off, r.err)
 		}
 	}
-	reqs, _, _ := o.snapshot()
-	if len(reqs) != 2 || len(reqs[1]) != 2 {
-		t.Fatalf("requests %v, want [t/0] then t/1 and t/3 together", reqs)
+	if n := asked.Load(); n != 1 {
+		t.Errorf("the mirror's check was asked %d times for one request, want once", n)
 	}
-	if got := f.end(t, "t", 2); got != 0 {
-		t.Errorf("t/2 ends at %d, want 0: its refused batch was sent", got)
+	reqs, _, _ := o.snapshot()
+	if len(reqs) != 2 || len(reqs[1]) != 1 {
+		t.Fatalf("requests %v, want [t/0] then t/1 alone", reqs)
+	}
+	for _, p := range []int32{2, 3} {
+		if got := f.end(t, "t", p); got != 0 {
+			t.Errorf("t/%d ends at %d, want 0: its refused batch was sent", p, got)
+		}
 	}
 	// Refused alone: nothing leaves; allowed again, it lands.
 	if _, err := f.w.Produce(gated, "t", 2, plain(t, 2)); !errors.Is(err, errNotOwner) {
