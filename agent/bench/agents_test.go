@@ -162,14 +162,6 @@ func runAgents(ctx context.Context, b *testing.B, pe *peerEnv, srcs []source, n 
 func groupAgentProc(b *testing.B, dst []string, state, id string) (*proc, string) {
 	b.Helper()
 	addr := devclustertest.FreeAddr(b)
-	cfg := fmt.Sprintf(`destination {
-  bootstrap_servers = %s
-}
-listen       = %q
-log_level    = "error"
-state_topic  = %q
-agent_id     = %q
-coordination = "group"
-`, hclList(dst), addr, state, id)
+	cfg := agentHCL(dst, addr, state, fmt.Sprintf("agent_id     = %q\ncoordination = \"group\"\n", id))
 	return startAgentProc(b, cfg, "GOMAXPROCS=1"), "http://" + addr
 }

@@ -146,20 +146,26 @@ var agentProcs atomic.Int64
 func agentProc(b *testing.B, dst, src []string, topics ...string) (*proc, string) {
 	b.Helper()
 	addr := devclustertest.FreeAddr(b)
-	cfg := fmt.Sprintf(`destination {
-  bootstrap_servers = %s
-}
-listen      = %q
-log_level   = "error"
-state_topic = "__kmirror_state_proc%d"
-mirror "backlog" {
+	cfg := agentHCL(dst, addr, fmt.Sprintf("__kmirror_state_proc%d", agentProcs.Add(1)), fmt.Sprintf(`mirror "backlog" {
   source {
     bootstrap_servers = %s
   }
   topics = %s
 }
-`, hclList(dst), addr, agentProcs.Add(1), hclList(src), hclList(topics))
+`, hclList(src), hclList(topics)))
 	return startAgentProc(b, cfg), "http://" + addr
+}
+
+// agentHCL is an agent's config: destination dst, its API at addr, state
+// topic state, quiet logs, then rest.
+func agentHCL(dst []string, addr, state, rest string) string {
+	return fmt.Sprintf(`destination {
+  bootstrap_servers = %s
+}
+listen      = %q
+log_level   = "error"
+state_topic = %q
+`, hclList(dst), addr, state) + rest
 }
 
 // startAgentProc starts `kmirror agent` with config cfg (HCL) and env added
