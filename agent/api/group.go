@@ -137,8 +137,7 @@ func (s *Server) placed(b Backend, w http.ResponseWriter, r *http.Request, name 
 		case !ok || loc.Here:
 			return true
 		case !loc.Moving && loc.API != "":
-			// Its new owner may still wait out the write grace: it
-			// answers 503 until it runs it.
+			// Its owner answers 503 until it has started it.
 			m, err := s.describeAt(ctx, r, loc.API, name)
 			if err == nil {
 				writeJSON(w, http.StatusCreated, normalize(m))
@@ -158,8 +157,8 @@ func (s *Server) placed(b Backend, w http.ResponseWriter, r *http.Request, name 
 }
 
 // placeTimeout bounds how long a creation waits for the group to place the
-// new mirror: a new mirror is an orphan to the group, whose new owner waits
-// out the write grace (5 s) before it runs it.
+// new mirror: a rebalance, then its owner reads the state topic up to it
+// and starts it (a new mirror has no earlier owner to wait out).
 const placeTimeout = 30 * time.Second
 
 // describeAt reads mirror name from the agent at api, with r's credentials.

@@ -102,6 +102,10 @@ func startAgentProcess(t testing.TB, setup agentSetup, name string) *agentProces
 	t.Helper()
 	bin := kmirrorBin(t)
 	logPath := filepath.Join(setup.Dir, name+".log")
+	if dir := os.Getenv("KMIRROR_E2E_LOGDIR"); dir != "" {
+		// Kept after the test, for a look at a run that passed too.
+		logPath = filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+"-"+name+".log")
+	}
 	f, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)

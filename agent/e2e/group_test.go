@@ -152,7 +152,8 @@ func testAgentGroup(t *testing.T, e engine) {
 	slices.Sort(alive)
 	spread("after SIGKILL of "+victim, alive...)
 	took := time.Since(killed)
-	// Its session, then the write grace (5 s) for its last writes.
+	// Its session: it stopped writing half of it before (its last
+	// writes' grace), so its mirrors start elsewhere at once.
 	t.Logf("SIGKILL of %s: its mirrors run elsewhere %v later", victim, took.Round(time.Millisecond))
 	if took < session-2*time.Second {
 		t.Errorf("the mirrors of %s moved %v after SIGKILL, before its session (%v) could have run out", victim, took, session)
@@ -166,12 +167,13 @@ func testAgentGroup(t *testing.T, e engine) {
 		t.Errorf("a3 joined but runs no mirror: %v", owner)
 	}
 
-	// Freeze one past its session, then let it resume.
+	// Freeze one for 30 s, well past its session, then let it resume.
+	const frozenFor = 30 * time.Second
 	frozen := alive[0]
 	agents[frozen].Freeze()
-	time.Sleep(2 * session)
+	time.Sleep(frozenFor)
 	agents[frozen].Thaw()
-	spread(frozen+" frozen for "+(2*session).String()+" and resumed", alive...)
+	spread(frozen+" frozen for "+frozenFor.String()+" and resumed", alive...)
 
 	// A rolling restart: each agent in turn stops (SIGTERM: its mirrors
 	// are handed on as it leaves) and starts again with its agent id.
@@ -202,8 +204,8 @@ func testAgentGroup(t *testing.T, e engine) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The creation waits for the placement: the new owner waits out the
-	// write grace (5 s) first.
+	// The creation waits for the placement; nobody ever wrote the new
+	// mirror, so its owner starts it at once.
 	cl := mirrorapi.NewClient(agents[alive[0]].api.BaseURL, "")
 	cl.HTTP = &http.Client{Timeout: time.Minute}
 	placing := time.Now()
@@ -283,12 +285,18 @@ func running(ctx context.Context, agents map[string]*agentProcess, owner map[str
 // a lease agent renews the lease, and starts once it released it; a lease
 // agent refuses to start while the group has members.
 func TestAgentGroupAndLeaseDoNotMix(t *testing.T) {
-	p := newPairOn(t, embedded, pairOpts{topic: "mix", partitions: 1})
+	forEngines(t, testAgentGroupAndLeaseDoNotMix)
+}
+
+func testAgentGroupAndLeaseDoNotMix(t *testing.T, e engine) {
+	p := newPairOn(t, e, pairOpts{topic: "mix", partitions: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	mirror := agentMirror{Name: "mix", Source: p.src, Topics: []string{p.topic}}
-	leaseCfg := writeAgentConfigWith(t, p.dst, fmt.Sprintf("agent_id = \"l\"\nlease_duration = %q\nlease_request_timeout = %q\n", e2eLease, e2eLeaseTimeout), mirror)
-	groupCfg := writeAgentConfigWith(t, p.dst, "agent_id = \"g\"\ncoordination = \"group\"\ngroup_session_timeout = \"6s\"\n", mirror)
+	// The pair's own state topic: the destination is shared.
+	state := fmt.Sprintf("state_topic = %q\n", p.stateTopic)
+	leaseCfg := writeAgentConfigWith(t, p.dst, state+fmt.Sprintf("agent_id = \"l\"\nlease_duration = %q\nlease_request_timeout = %q\n", e2eLease, e2eLeaseTimeout), mirror)
+	groupCfg := writeAgentConfigWith(t, p.dst, state+"agent_id = \"g\"\ncoordination = \"group\"\ngroup_session_timeout = \"6s\"\n", mirror)
 	refused := func(setup agentSetup, want string) {
 		t.Helper()
 		out, err := exec.CommandContext(ctx, kmirrorBin(t), "agent", "--config", setup.Path).CombinedOutput()

@@ -27,6 +27,9 @@ type memberMeta struct {
 	// PreviousGen (none for a process that never was).
 	Previous    []MemberLoad `json:"previous,omitempty"`
 	PreviousGen int32        `json:"previous_gen,omitempty"`
+	// PreviousItems are every item of that generation, owned or moving:
+	// an item none of them is new, and has no earlier owner to wait out.
+	PreviousItems []string `json:"previous_items,omitempty"`
 	// Owned are the items it writes now, with their weights as it
 	// measures them.
 	Owned []Item `json:"owned,omitempty"`
@@ -46,6 +49,9 @@ type assignment struct {
 	// Orphans are those of Items whose last owner did not release them:
 	// its last writes may still be on their way.
 	Orphans []string `json:"orphans,omitempty"`
+	// New are those of Items the previous generation did not have: no
+	// member ever wrote them, so none is waited out.
+	New []string `json:"new,omitempty"`
 	// Replaced: a member of the previous generation was replaced by a new
 	// process of its agent id (or the previous generation is not known),
 	// or an orphan given here was lost by a member still waiting out an
@@ -62,6 +68,9 @@ type assignment struct {
 	// Owners are the agent ids of the owners of the generation's items,
 	// for calls to be forwarded to them.
 	Owners map[string]string `json:"owners,omitempty"`
+	// Moving are the generation's items nobody owns in it: taken from
+	// their owner, handed on next round.
+	Moving []string `json:"moving,omitempty"`
 }
 
 // MemberLoad is one member's share of a generation.
@@ -91,10 +100,12 @@ type joined struct {
 //     replaced), which the new owner waits out before its first write:
 //     longer when some member of the previous generation was replaced by a
 //     new process (Replaced), as its old process may still be inside its
-//     session.
+//     session. An item the previous generation (gen-1, as a member here
+//     was assigned in it) did not have at all is new, not an orphan: no
+//     member ever owned it, as only a generation gives items out.
 //
 // Members are identified by member id; the result is keyed the same way.
-func assign(items []Item, members []joined) map[string]assignment {
+func assign(items []Item, members []joined, gen int32) map[string]assignment {
 	out := make(map[string]assignment, len(members))
 	if len(members) == 0 {
 		return out
@@ -224,7 +235,9 @@ func assign(items []Item, members []joined) map[string]assignment {
 	slices.SortFunc(free, func(a, b string) int {
 		return cmp.Or(-cmp.Compare(weights[a], weights[b]), cmp.Compare(a, b))
 	})
+	before, knowsBefore := previousItems(members, gen)
 	orphans := make([][]string, len(members))
+	news := make([][]string, len(members))
 	for _, k := range free {
 		i := 0
 		for j := range members {
@@ -234,7 +247,10 @@ func assign(items []Item, members []joined) map[string]assignment {
 		}
 		load[i] += weights[k]
 		mine[i] = append(mine[i], k)
-		if !released[k] {
+		switch {
+		case knowsBefore && !before[k]:
+			news[i] = append(news[i], k)
+		case !released[k]:
 			orphans[i] = append(orphans[i], k)
 		}
 	}
@@ -248,14 +264,38 @@ func assign(items []Item, members []joined) map[string]assignment {
 			owners[k] = m.meta.Agent
 		}
 	}
+	var unowned []string
+	for k := range weights {
+		if _, ok := owners[k]; !ok {
+			unowned = append(unowned, k)
+		}
+	}
+	slices.Sort(unowned)
 	replaced := replacedSince(members)
 	for i, m := range members {
 		slices.Sort(mine[i])
 		slices.Sort(orphans[i])
+		slices.Sort(news[i])
 		long := replaced || slices.ContainsFunc(orphans[i], func(k string) bool { return waiting[k] })
-		out[m.id] = assignment{Version: 1, Items: mine[i], Orphans: orphans[i], Rejoin: moving, Replaced: long, Members: loads, Owners: owners}
+		out[m.id] = assignment{Version: 1, Items: mine[i], Orphans: orphans[i], New: news[i], Rejoin: moving, Replaced: long, Members: loads, Owners: owners, Moving: unowned}
 	}
 	return out
+}
+
+// previousItems are the items of generation gen-1, as a member assigned in
+// it tells them; ok is false when no member here was (then no item can be
+// told new).
+func previousItems(members []joined, gen int32) (items map[string]bool, ok bool) {
+	for _, m := range members {
+		if len(m.meta.Previous) > 0 && m.meta.PreviousGen == gen-1 {
+			items = map[string]bool{}
+			for _, k := range m.meta.PreviousItems {
+				items[k] = true
+			}
+			return items, true
+		}
+	}
+	return nil, false
 }
 
 // replacedSince says whether a member of the previous generation, as the

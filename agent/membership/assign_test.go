@@ -38,7 +38,9 @@ func TestAssign(t *testing.T) {
 		// want: member id → items; orphans: member id → orphans.
 		want    map[string][]string
 		orphans map[string][]string
+		news    map[string][]string
 		rejoin  bool
+		gen     int32 // the generation assigned
 	}{{
 		name:  "first round: nobody owns anything, all orphans, balanced",
 		items: items(6),
@@ -130,9 +132,50 @@ func TestAssign(t *testing.T) {
 		},
 		want:    map[string][]string{"m-a": {"new/0", "t/01"}, "m-b": {"t/00"}},
 		orphans: map[string][]string{"m-a": {"t/01"}, "m-b": {"t/00"}},
+	}, {
+		name:  "items the previous generation did not have are new: nobody waits for them",
+		items: items(6),
+		gen:   5,
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Previous: []MemberLoad{{Agent: "a"}, {Agent: "b"}}, PreviousGen: 4, PreviousItems: keys(0, 4), Owned: owned("t/00", "t/01")}},
+			{id: "m-b", meta: memberMeta{Agent: "b", Previous: []MemberLoad{{Agent: "a"}, {Agent: "b"}}, PreviousGen: 4, PreviousItems: keys(0, 4), Owned: owned("t/02", "t/03")}},
+		},
+		want: map[string][]string{"m-a": {"t/00", "t/01", "t/04"}, "m-b": {"t/02", "t/03", "t/05"}},
+		news: map[string][]string{"m-a": {"t/04"}, "m-b": {"t/05"}},
+	}, {
+		name:  "an item of the previous generation whose owner is gone stays an orphan beside a new one",
+		items: items(4),
+		gen:   5,
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Previous: []MemberLoad{{Agent: "a"}, {Agent: "c"}}, PreviousGen: 4, PreviousItems: keys(0, 3), Owned: owned("t/00", "t/01")}},
+			{id: "m-b", meta: memberMeta{Agent: "b"}},
+		},
+		want:    map[string][]string{"m-a": {"t/00", "t/01"}, "m-b": {"t/02", "t/03"}},
+		orphans: map[string][]string{"m-b": {"t/02"}},
+		news:    map[string][]string{"m-b": {"t/03"}},
+	}, {
+		name:  "a generation between that nobody here was assigned in: nothing is known new",
+		items: items(3),
+		gen:   6,
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Previous: []MemberLoad{{Agent: "a"}}, PreviousGen: 4, PreviousItems: keys(0, 1), Owned: owned("t/00")}},
+			{id: "m-b", meta: memberMeta{Agent: "b"}},
+		},
+		want:    map[string][]string{"m-a": {"t/00", "t/02"}, "m-b": {"t/01"}},
+		orphans: map[string][]string{"m-a": {"t/02"}, "m-b": {"t/01"}},
+	}, {
+		name:  "revoked items are moving: told to every member, so the next generation knows them",
+		items: items(4),
+		gen:   3,
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Owned: owned(keys(0, 4)...)}},
+			{id: "m-b", meta: memberMeta{Agent: "b"}},
+		},
+		want:   map[string][]string{"m-a": keys(0, 2), "m-b": nil},
+		rejoin: true,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := assign(tc.items, slices.Clone(tc.members))
+			got := assign(tc.items, slices.Clone(tc.members), tc.gen)
 			seen := map[string]string{}
 			for _, m := range tc.members {
 				a, ok := got[m.id]
@@ -144,6 +187,32 @@ func TestAssign(t *testing.T) {
 				}
 				if !slices.Equal(a.Orphans, tc.orphans[m.id]) {
 					t.Errorf("member %s: orphans %v, want %v", m.id, a.Orphans, tc.orphans[m.id])
+				}
+				if !slices.Equal(a.New, tc.news[m.id]) {
+					t.Errorf("member %s: new %v, want %v", m.id, a.New, tc.news[m.id])
+				}
+				// Every item of the generation is owned or moving: the
+				// next generation tells new ones from these.
+				var all []string
+				for k := range a.Owners {
+					all = append(all, k)
+				}
+				all = append(all, a.Moving...)
+				slices.Sort(all)
+				var wantAll []string
+				for _, it := range tc.items {
+					wantAll = append(wantAll, it.Key)
+				}
+				for _, jm := range tc.members {
+					for _, it := range jm.meta.Owned {
+						if !slices.Contains(wantAll, it.Key) {
+							wantAll = append(wantAll, it.Key)
+						}
+					}
+				}
+				slices.Sort(wantAll)
+				if !slices.Equal(all, wantAll) {
+					t.Errorf("member %s: owned and moving %v, want every item %v", m.id, all, wantAll)
 				}
 				if a.Rejoin != tc.rejoin {
 					t.Errorf("member %s: rejoin %v, want %v", m.id, a.Rejoin, tc.rejoin)
@@ -205,9 +274,9 @@ func TestReplacedSince(t *testing.T) {
 func TestAssignWaiting(t *testing.T) {
 	prev := []MemberLoad{{Agent: "a", Process: "p1"}, {Agent: "b", Process: "p2"}}
 	got := assign(items(4), []joined{
-		{id: "m-a", meta: memberMeta{Agent: "a", Process: "p1", Previous: prev, PreviousGen: 3, Owned: owned("t/00"), Waiting: []string{"t/02"}}},
-		{id: "m-b", meta: memberMeta{Agent: "b", Process: "p2", Previous: prev, PreviousGen: 3, Owned: owned("t/01")}},
-	})
+		{id: "m-a", meta: memberMeta{Agent: "a", Process: "p1", Previous: prev, PreviousGen: 3, PreviousItems: keys(0, 4), Owned: owned("t/00"), Waiting: []string{"t/02"}}},
+		{id: "m-b", meta: memberMeta{Agent: "b", Process: "p2", Previous: prev, PreviousGen: 3, PreviousItems: keys(0, 4), Owned: owned("t/01")}},
+	}, 4)
 	for id, a := range got {
 		long := slices.Contains(a.Orphans, "t/02")
 		if a.Replaced != long {

@@ -13,14 +13,22 @@
 //
 //  1. The item is in its current assignment.
 //  2. Its session is live as the member itself measures it: the last
-//     request the coordinator answered for it as a current member
-//     (JoinGroup, SyncGroup or Heartbeat, answered without
-//     UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION or FENCED_INSTANCE_ID) was sent
-//     less than the session timeout minus a margin ago, on the member's
-//     monotonic clock, which runs on while the process is frozen.
+//     request the coordinator answered for it as a current member of a
+//     stable generation (JoinGroup, SyncGroup, or a Heartbeat answered
+//     without error) was sent less than the session timeout minus
+//     Config.WriteGrace ago, on the member's monotonic clock, which runs
+//     on while the process is frozen. A Heartbeat answered
+//     REBALANCE_IN_PROGRESS does not count: the coordinator may remove a
+//     member that does not rejoin a rebalance timeout after the
+//     rebalance began, which is before that heartbeat.
 //  3. The item's wait is over (below).
 //
-// An item moves in one of two ways:
+// WriteGrace is how long a write already sent may take to reach the
+// broker: a member stops writing that long before its session can run out,
+// so every write it sent has landed, or never will, once the coordinator
+// may have removed it.
+//
+// An item comes to a member in one of three ways:
 //
 //   - Handed on (a join, a rebalance): the leader takes it from its owner
 //     and gives it to nobody in that generation. The owner stops writing
@@ -31,17 +39,21 @@
 //     process took its instance id): the coordinator removes a member only
 //     when the session timeout passed since the last request of it that it
 //     received (a request it received was sent before, so by rule 2 the
-//     member had stopped writing), when it fails to rejoin within the
-//     rebalance timeout (at least the session timeout: the same holds), when
-//     it leaves (it stops first), or, for a static member, at once when a
-//     new process joins with its id, while the old process may still be
-//     inside its session. So the new owner of an orphan waits
-//     Config.WriteGrace for the old owner's writes already on their way,
-//     and the session timeout besides when some member of the previous
-//     generation is now another process of its agent id (assignment's
-//     Replaced), or when this is the process's first assignment (a static
-//     member's new process is handed its previous instance's items, which
-//     that instance never released).
+//     member stopped writing WriteGrace before), when it fails to rejoin
+//     within the rebalance timeout (at least the session timeout, counted
+//     from before its last answer that counts: the same holds), or when it
+//     leaves (Close: after every write of it returned). So the new owner of
+//     an orphan writes at once. Not so for a static member's new process:
+//     the coordinator removes its old one at once when it joins with the
+//     same id, while the old process may still be inside its session. Its
+//     items' next owner waits the session timeout (the old process stops
+//     writing WriteGrace before its end, and its last writes land by then)
+//     when some member of the previous generation is now another process of
+//     its agent id (assignment's Replaced), or when this is the process's
+//     first assignment (a static member's new process is handed its
+//     previous instance's items, which that instance never released).
+//   - New (no item of the previous generation): nobody ever wrote it; its
+//     first owner writes at once.
 //
 // A member that got an item as an orphan and loses or leaves it before that
 // wait ended would hand it on as released, or as an orphan of a member that
@@ -89,7 +101,6 @@ const (
 	DefaultGroup            = "kmirror-agents"
 	DefaultSessionTimeout   = 10 * time.Second
 	DefaultRebalanceTimeout = 30 * time.Second
-	DefaultWriteGrace       = 5 * time.Second
 )
 
 // ErrNotOwner is returned by Check for an item this member may not write.
@@ -109,13 +120,14 @@ type Config struct {
 	AgentID string
 	// SessionTimeout (default DefaultSessionTimeout): the coordinator
 	// removes a member it heard nothing from for this long, and a member
-	// stops writing a margin before.
+	// stops writing WriteGrace before.
 	SessionTimeout time.Duration
 	// RebalanceTimeout (default DefaultRebalanceTimeout): how long the
 	// coordinator waits for every member to rejoin.
 	RebalanceTimeout time.Duration
 	// WriteGrace is how long a write already sent may take to reach the
-	// broker (default DefaultWriteGrace).
+	// broker; at most half the session (the default), so that a member
+	// misses several heartbeats before it stops writing.
 	WriteGrace time.Duration
 	// Items returns the work as this agent sees it; the leader's view is
 	// the one assigned. Call Member.Refresh when it changes.
@@ -161,6 +173,7 @@ type Member struct {
 	items    map[string]Grant
 	members  []MemberLoad
 	owners   map[string]string
+	known    []string // the items of generation membersGen (PreviousItems)
 	// membersGen is the generation of members.
 	membersGen int32
 	weights    map[string]int64
@@ -205,7 +218,10 @@ func Join(cfg Config) (*Member, error) {
 		cfg.RebalanceTimeout = DefaultRebalanceTimeout
 	}
 	if cfg.WriteGrace <= 0 {
-		cfg.WriteGrace = DefaultWriteGrace
+		cfg.WriteGrace = cfg.SessionTimeout / 2
+	}
+	if cfg.WriteGrace > cfg.SessionTimeout/2 {
+		return nil, fmt.Errorf("membership: the write grace (%v) must be at most half the session timeout (%v)", cfg.WriteGrace, cfg.SessionTimeout)
 	}
 	if cfg.Items == nil {
 		cfg.Items = func() []Item { return nil }
@@ -295,14 +311,11 @@ func (m *Member) liveLocked() error {
 	}
 	if !time.Now().Before(m.fencedAtLocked()) {
 		age := time.Since(m.alive)
-		return fmt.Errorf("%w: the group coordinator last answered a request of this agent sent %v ago; its session lasts %v (less a margin of %v)",
-			ErrNotOwner, age.Round(time.Millisecond), m.cfg.SessionTimeout, margin(m.cfg.SessionTimeout))
+		return fmt.Errorf("%w: the group coordinator last answered a request of this agent sent %v ago; it stops writing %v into its %v session, for its last writes to land before the group may give its work to others",
+			ErrNotOwner, age.Round(time.Millisecond), m.cfg.SessionTimeout-m.cfg.WriteGrace, m.cfg.SessionTimeout)
 	}
 	return nil
 }
-
-// margin is how long before its session runs out a member stops writing.
-func margin(d time.Duration) time.Duration { return d / 5 }
 
 // SetWeight records an owned item's measured weight, reported at the next
 // join.
@@ -397,7 +410,7 @@ func (m *Member) run(ctx context.Context) {
 }
 
 // fencedAt is when this member stops writing unless the coordinator
-// answers it again: a margin before its session runs out.
+// answers it again: WriteGrace before its session runs out.
 func (m *Member) fencedAt() time.Time {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -405,7 +418,7 @@ func (m *Member) fencedAt() time.Time {
 }
 
 func (m *Member) fencedAtLocked() time.Time {
-	return m.alive.Add(m.cfg.SessionTimeout - margin(m.cfg.SessionTimeout))
+	return m.alive.Add(m.cfg.SessionTimeout - m.cfg.WriteGrace)
 }
 
 var errRejoin = errors.New("rejoin")
@@ -413,7 +426,7 @@ var errRejoin = errors.New("rejoin")
 // joinAndSync runs one JoinGroup and SyncGroup.
 func (m *Member) joinAndSync(ctx context.Context) error {
 	m.mu.Lock()
-	meta := memberMeta{Version: 1, Agent: m.cfg.AgentID, Process: m.process, API: m.cfg.API, Previous: m.members, PreviousGen: m.membersGen}
+	meta := memberMeta{Version: 1, Agent: m.cfg.AgentID, Process: m.process, API: m.cfg.API, Previous: m.members, PreviousGen: m.membersGen, PreviousItems: m.known}
 	now := time.Now()
 	for k, at := range m.released {
 		if at.After(now) {
@@ -497,7 +510,7 @@ func (m *Member) joinAndSync(ctx context.Context) error {
 			m.mu.Lock()
 			m.assigned = itemKeys(work)
 			m.mu.Unlock()
-			for id, a := range assign(work, members) {
+			for id, a := range assign(work, members, resp.Generation) {
 				ab, err := json.Marshal(a)
 				if err != nil {
 					return err
@@ -542,9 +555,17 @@ func (m *Member) apply(a assignment, sent time.Time, gen int32) {
 	m.aliveLocked(sent)
 	m.lost = nil
 	now := time.Now()
-	orphan := map[string]bool{}
+	orphan, isNew := map[string]bool{}, map[string]bool{}
 	for _, k := range a.Orphans {
 		orphan[k] = true
+	}
+	// Only an assignment made for this process: a static member's new
+	// process may be handed its previous process's, whose new items that
+	// process may have written since.
+	if slices.ContainsFunc(a.Members, func(l MemberLoad) bool { return l.Agent == m.cfg.AgentID && l.Process == m.process }) {
+		for _, k := range a.New {
+			isNew[k] = true
+		}
 	}
 	next := make(map[string]Grant, len(a.Items))
 	for _, k := range a.Items {
@@ -554,15 +575,17 @@ func (m *Member) apply(a assignment, sent time.Time, gen int32) {
 		}
 		g := Grant{Since: now, WritableAt: now}
 		switch {
+		case isNew[k]:
+			// Nobody had it in the previous generation: nobody wrote it.
 		case !m.synced || (orphan[k] && a.Replaced):
 			// Its last owner may be a process replaced by a new one of
-			// its agent id, still inside its session.
-			g.WritableAt = now.Add(m.cfg.SessionTimeout + m.cfg.WriteGrace)
+			// its agent id, still inside its session: it stops writing
+			// WriteGrace before its end, and its writes land by then.
+			g.WritableAt = now.Add(m.cfg.SessionTimeout)
 		case orphan[k]:
-			// Its last owner was removed when its session ran out, or
-			// left: it stopped writing before; its last writes may
-			// still be on their way.
-			g.WritableAt = now.Add(m.cfg.WriteGrace)
+			// Its last owner was removed when its session ran out (it
+			// stopped writing WriteGrace before), or left after its
+			// writes returned.
 		}
 		next[k] = g
 	}
@@ -577,6 +600,8 @@ func (m *Member) apply(a assignment, sent time.Time, gen int32) {
 		}
 	}
 	m.items, m.members, m.membersGen, m.synced, m.owners = next, a.Members, gen, true, a.Owners
+	m.known = append(slices.Collect(maps.Keys(a.Owners)), a.Moving...)
+	slices.Sort(m.known)
 	m.log.Info("group assignment", "group", m.cfg.Group, "generation", gen, "items", len(next), "orphans", len(a.Orphans), "members", len(a.Members), "rejoin", a.Rejoin)
 	// With a.Rejoin, the member that lost items rejoins once its caller
 	// says they are Released; the others rejoin when the coordinator
@@ -653,13 +678,14 @@ func (m *Member) heartbeat(ctx context.Context) error {
 			continue // the session clock runs; Check stops writes in time
 		}
 		switch err := kerr.ErrorForCode(resp.ErrorCode); {
-		case err == nil, errors.Is(err, kerr.RebalanceInProgress):
+		case errors.Is(err, kerr.RebalanceInProgress):
+			// Not an answer that keeps it writing (package doc, rule 2):
+			// its JoinGroup's answer will.
+			return errRejoin // keeping what it owns (cooperative)
+		case err == nil:
 			m.mu.Lock()
 			m.aliveLocked(sent)
 			m.mu.Unlock()
-			if err != nil {
-				return errRejoin // keeping what it owns (cooperative)
-			}
 		case errors.Is(err, kerr.FencedInstanceID):
 			return fmt.Errorf("%w (agent_id %q): %v", ErrInstanceFenced, m.cfg.AgentID, err)
 		case errors.Is(err, kerr.UnknownMemberID), errors.Is(err, kerr.IllegalGeneration):

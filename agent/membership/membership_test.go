@@ -36,13 +36,31 @@ type agentUnderTest struct {
 	done   chan struct{}
 }
 
-func startAgent(t *testing.T, boot []string, group, id string, work []Item) *agentUnderTest {
+// workList is the group's work, as every agent of a test reads it.
+type workList struct {
+	mu    sync.Mutex
+	items []Item
+}
+
+func (w *workList) get() []Item {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.items)
+}
+
+func (w *workList) add(items ...Item) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.items = append(w.items, items...)
+}
+
+func startAgent(t *testing.T, boot []string, group, id string, work *workList) *agentUnderTest {
 	t.Helper()
 	m, err := Join(Config{
 		Destination: []kgo.Opt{kgo.SeedBrokers(boot...)},
 		Group:       group, AgentID: id,
 		SessionTimeout: testSession, WriteGrace: testGrace,
-		Items:  func() []Item { return work },
+		Items:  work.get,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "member-" + id, Level: hclog.Warn, Output: devclustertest.Writer(t)}),
 	})
 	if err != nil {
@@ -118,7 +136,7 @@ func (a *agentUnderTest) kill() {
 
 // waitSettled waits until the live agents' views cover every item exactly
 // once with no rebalance pending, and returns item → agent.
-func waitSettled(t *testing.T, agents []*agentUnderTest, work []Item) map[string]string {
+func waitSettled(t *testing.T, agents []*agentUnderTest, list *workList) map[string]string {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	var why string
@@ -142,7 +160,7 @@ func waitSettled(t *testing.T, agents []*agentUnderTest, work []Item) map[string
 		if why == "" && len(gens) != 1 {
 			why = fmt.Sprintf("generations %v", slices.Collect(maps.Keys(gens)))
 		}
-		if why == "" && len(owner) != len(work) {
+		if work := list.get(); why == "" && len(owner) != len(work) {
 			why = fmt.Sprintf("%d of %d items held", len(owner), len(work))
 		}
 		if why == "" {
@@ -185,7 +203,7 @@ func countBy(owner map[string]string) map[string]int {
 // share twelve items evenly; a fourth joins and takes three, handed on by
 // the others without a wait while they keep the rest without a pause; one
 // is killed and its items go to the others as orphans, granted only after
-// it stopped writing and writable only after the session and write grace;
+// it stopped writing and its last writes had the write grace to land;
 // one is frozen past its session and resumes, and its items are handed on
 // only after it stopped writing; one is replaced by a new process with its
 // agent id, which waits before writing what its old process held.
@@ -199,9 +217,9 @@ func testGroup(t *testing.T, engine devcluster.EngineKind) {
 	c := devclustertest.Start(t, devcluster.Engine(engine), devcluster.Name("group-"+string(engine)))
 	boot := c.Bootstrap()
 	group := "kmirror-test-" + string(engine)
-	var work []Item
+	work := &workList{}
 	for i := range 12 {
-		work = append(work, Item{Key: fmt.Sprintf("orders/%d", i)})
+		work.add(Item{Key: fmt.Sprintf("orders/%d", i)})
 	}
 	agents := []*agentUnderTest{
 		startAgent(t, boot, group, "a", work),
@@ -253,6 +271,41 @@ func testGroup(t *testing.T, engine devcluster.EngineKind) {
 	}
 	t.Logf("a fourth agent: %v", countBy(owner))
 
+	// New items (mirrors created): nobody ever wrote them, so whoever
+	// gets them writes at once; the others keep what they have.
+	before = owner
+	var added []string
+	for i := 12; i < 16; i++ {
+		k := fmt.Sprintf("orders/%d", i)
+		added = append(added, k)
+		work.add(Item{Key: k})
+	}
+	for _, a := range agents {
+		a.m.Refresh()
+	}
+	addedAt := time.Now()
+	owner = waitSettled(t, agents, work)
+	for k, o := range owner {
+		if !slices.Contains(added, k) {
+			if before[k] != o {
+				t.Errorf("item %s moved from %s to %s when items were added", k, before[k], o)
+			}
+			continue
+		}
+		for _, a := range agents {
+			if a.id != o {
+				continue
+			}
+			if g, _ := a.grant(k); !g.WritableAt.Equal(g.Since) {
+				t.Errorf("new item %s given to %s is writable %v after its grant, want at once", k, o, g.WritableAt.Sub(g.Since))
+			}
+			if err := a.m.Check(k); err != nil {
+				t.Errorf("agent %s may not write new item %s: %v", o, k, err)
+			}
+		}
+	}
+	t.Logf("4 items added: placed and writable %v later; %v", latestGrant(agents, added).Sub(addedAt).Round(time.Millisecond), countBy(owner))
+
 	// c is killed: its items become orphans of the others.
 	c3 := agents[2]
 	cItems := itemsOf(owner, "c")
@@ -269,14 +322,15 @@ func testGroup(t *testing.T, engine devcluster.EngineKind) {
 				g, _ = a.grant(k)
 			}
 		}
-		if !g.Since.After(fenced) {
-			t.Errorf("item %s of the killed agent went to %s at %v, before the killed agent stopped writing (%v): two writers",
-				k, o, g.Since.Sub(killedAt), fenced.Sub(killedAt))
+		// The killed agent stopped writing the write grace before the
+		// coordinator could remove it: its last writes had that long to
+		// land before the next owner, which writes at once.
+		if g.Since.Sub(fenced) < testGrace {
+			t.Errorf("item %s of the killed agent went to %s at %v, less than the write grace (%v) after the killed agent stopped writing (%v): its last writes may land after the next owner's",
+				k, o, g.Since.Sub(killedAt), testGrace, fenced.Sub(killedAt))
 		}
-		// Its owner is gone, not replaced: only its last writes may
-		// still be on their way.
-		if got, want := g.WritableAt.Sub(g.Since), testGrace; got != want {
-			t.Errorf("orphan %s is writable %v after its grant, want %v", k, got, want)
+		if !g.WritableAt.Equal(g.Since) {
+			t.Errorf("orphan %s of a removed agent is writable %v after its grant, want at once", k, g.WritableAt.Sub(g.Since))
 		}
 		if err := c3.m.Check(k); err == nil {
 			t.Errorf("the killed agent may still write %s", k)
@@ -301,12 +355,12 @@ func testGroup(t *testing.T, engine devcluster.EngineKind) {
 			if !ok || a.id != owner[k] {
 				continue
 			}
-			if !g.Since.After(bFenced) {
-				t.Errorf("item %s of the frozen agent went to %s %v after the freeze, before the frozen agent stopped writing (%v after)",
-					k, a.id, g.Since.Sub(frozenAt), bFenced.Sub(frozenAt))
+			if g.Since.Sub(bFenced) < testGrace {
+				t.Errorf("item %s of the frozen agent went to %s %v after the freeze, less than the write grace (%v) after the frozen agent stopped writing (%v after)",
+					k, a.id, g.Since.Sub(frozenAt), testGrace, bFenced.Sub(frozenAt))
 			}
-			if got := g.WritableAt.Sub(g.Since); got != testGrace {
-				t.Errorf("orphan %s of the frozen agent, removed when its session ran out, is writable %v after its grant, want %v", k, got, testGrace)
+			if !g.WritableAt.Equal(g.Since) {
+				t.Errorf("orphan %s of the frozen agent, removed when its session ran out, is writable %v after its grant, want at once", k, g.WritableAt.Sub(g.Since))
 			}
 		}
 	}
@@ -333,7 +387,7 @@ func testGroup(t *testing.T, engine devcluster.EngineKind) {
 			continue // moved in a rebalance: granted as an orphan, checked below
 		}
 		g, _ := agents[0].grant(k)
-		if !g.WritableAt.After(oldFenced) || g.WritableAt.Sub(g.Since) != testSession+testGrace {
+		if g.WritableAt.Sub(oldFenced) < testGrace || g.WritableAt.Sub(g.Since) != testSession {
 			t.Errorf("item %s of the replaced process: the new process may write it %v after its grant (the old one stopped %v before that grant)",
 				k, g.WritableAt.Sub(g.Since), g.Since.Sub(oldFenced))
 		}
@@ -341,8 +395,8 @@ func testGroup(t *testing.T, engine devcluster.EngineKind) {
 	for k, o := range owner {
 		if slices.Contains(aItems, k) && o != "a" {
 			for _, a := range agents {
-				if g, _ := a.grant(k); a.id == o && !g.WritableAt.After(oldFenced) {
-					t.Errorf("item %s of the replaced process went to %s, writable before the old process stopped", k, o)
+				if g, _ := a.grant(k); a.id == o && g.WritableAt.Sub(oldFenced) < testGrace {
+					t.Errorf("item %s of the replaced process went to %s, writable less than the write grace after the old process stopped", k, o)
 				}
 			}
 		}
