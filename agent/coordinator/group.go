@@ -135,16 +135,27 @@ func (c *Coordinator) reconcile(ctx context.Context, recs map[string]mirror.Reco
 
 	c.mu.Lock()
 	for name, m := range c.mirrors {
+		restart := false
 		if _, owned := view.Items[mirrorKey(name)]; owned {
 			if rec, ok := recs[name]; ok {
-				if !reflect.DeepEqual(m.Spec(), rec.Spec) {
-					m.SetSpec(rec.Spec)
+				id, epoch := m.Producer()
+				if id == rec.ProducerID && epoch == rec.Epoch {
+					if !reflect.DeepEqual(m.Spec(), rec.Spec) {
+						m.SetSpec(rec.Spec)
+					}
+					continue
 				}
-				continue
+				// Agents that started together each created the
+				// mirror with a producer of their own; the state
+				// topic keeps the last record, which every agent
+				// runs from now on, this one too.
+				c.log.Warn("the mirror's record names another producer (another agent created it at the same time): restarting it with that one",
+					"mirror", name, "producer_id", id, "record_producer_id", rec.ProducerID)
+				restart = true
 			}
 		}
-		// Taken from this agent, or deleted by another: stop it, and
-		// hand it on once every write of it returned.
+		// Taken from this agent, deleted by another, or restarted:
+		// stop it, and hand it on once every write of it returned.
 		delete(c.mirrors, name)
 		done := make(chan struct{})
 		c.stopping[name] = done
@@ -152,14 +163,19 @@ func (c *Coordinator) reconcile(ctx context.Context, recs map[string]mirror.Reco
 			m.Stop()
 			c.mu.Lock()
 			delete(c.stopping, name)
+			// A mirror restarted here is handed on only when the group
+			// took it meanwhile (else the next pass hands it on).
+			_, owned := c.cfg.Owner.View().Items[mirrorKey(name)]
 			c.mu.Unlock()
 			close(done)
 			select {
 			case c.stopped <- struct{}{}: // reconcile again: it may be ours again
 			default:
 			}
-			c.cfg.Owner.Released(mirrorKey(name))
-			c.log.Info("mirror handed on", "mirror", name)
+			if !restart || !owned {
+				c.cfg.Owner.Released(mirrorKey(name))
+				c.log.Info("mirror handed on", "mirror", name)
+			}
 		}()
 	}
 	// Items lost before their mirror started here (still waiting, or

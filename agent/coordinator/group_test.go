@@ -203,6 +203,37 @@ func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
 	t.Logf("mirrors: %v", owners)
 	identical("three agents")
 
+	// Two agents that created m0 at the same time, each with a producer
+	// of its own: the later record, here written by an agent that does
+	// not run m0, is the one the state topic keeps, and m0's owner
+	// restarts it with that producer.
+	var m0Owner, other *groupAgent
+	for _, a := range agents {
+		if a.id == owners["m0"][0] {
+			m0Owner = a
+		} else {
+			other = a
+		}
+	}
+	produce(10, 100)
+	rewritten := time.Now()
+	pid, epoch, err := other.co.RecreateRecord(ctx, "m0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if id, e, ok := m0Owner.co.RunningProducer("m0"); ok && id == pid && e == epoch {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("m0's owner %s did not restart m0 with the producer of its latest record (%d)", m0Owner.id, pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("m0's record rewritten with producer %d by %s: %s runs m0 with it %v later", pid, other.id, m0Owner.id, time.Since(rewritten).Round(time.Millisecond))
+	produce(11, 100)
+	identical("m0 restarted with another agent's producer")
+
 	// Stop the agent with the most mirrors while records keep coming.
 	victim := slices.MaxFunc(agents, func(a, b *groupAgent) int { return per[a.id] - per[b.id] })
 	var moved []string
@@ -259,7 +290,8 @@ func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
 
 	// Crash one of the two left (no LeaveGroup, as SIGKILL): the group
 	// hands its mirrors on only once its session ran out at the group
-	// coordinator (6 s after its last heartbeat), then the write grace.
+	// coordinator (6 s after its last heartbeat); it stopped writing the
+	// write grace before that.
 	crashed := alive[0]
 	survivor := alive[1]
 	produce(3, 200)

@@ -105,6 +105,10 @@ func (m *Runner) SourceClusterID() string { return m.conn.clusterIDNow() }
 // previous runner of the mirror read, until this one connects.
 func (m *Runner) KeepSourceClusterID(id string) { m.conn.setClusterID(id, true) }
 
+// Producer is the producer id and epoch the runner writes with (its
+// record's, fixed for its run).
+func (m *Runner) Producer() (id int64, epoch int16) { return m.rec.ProducerID, m.rec.Epoch }
+
 // Spec is the spec the runner follows.
 func (m *Runner) Spec() mirrorspec.Spec {
 	m.mu.Lock()
