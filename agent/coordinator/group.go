@@ -37,7 +37,14 @@ type Owner interface {
 	Released(items ...string)
 	// Refresh asks for a new assignment: the mirrors changed.
 	Refresh()
+	// SetWeight tells the group an owned mirror's measured load, its
+	// byte rate, which the next assignment balances.
+	SetWeight(item string, w int64)
 }
+
+// weighEvery is how often the byte rate of each mirror run here is
+// measured for the group (Owner.SetWeight).
+const weighEvery = 10 * time.Second
 
 // Items are the mirrors of the state topic as items of the agents' group,
 // keyed as their records are ("mirror/NAME"). The group's leader asks at
@@ -79,6 +86,9 @@ func (c *Coordinator) follow(ctx context.Context) {
 		}
 	}()
 	var known []string // the mirrors offered to the group
+	weigh := time.NewTicker(weighEvery)
+	defer weigh.Stop()
+	var weighed map[string]int64 // bytes mirrored, by mirror, at the last tick
 	for {
 		ownerChanged, storeChanged := c.cfg.Owner.Changed(), c.store.Changed()
 		recs, _ := c.records()
@@ -99,8 +109,30 @@ func (c *Coordinator) follow(ctx context.Context) {
 		case <-storeChanged:
 		case <-c.stopped:
 		case <-timer:
+		case <-weigh.C:
+			weighed = c.weigh(weighed)
 		}
 	}
+}
+
+// weigh tells the group the byte rate of each mirror run here since the
+// last tick (last: the bytes mirrored then), and returns the bytes now.
+func (c *Coordinator) weigh(last map[string]int64) map[string]int64 {
+	now := map[string]int64{}
+	for _, m := range c.Describe() {
+		var b int64
+		for _, t := range m.Topics {
+			for _, p := range t.Partitions {
+				b += p.Bytes
+			}
+		}
+		now[m.Name] = b
+		if prev, ok := last[m.Name]; ok && b >= prev {
+			// At least 1: a mirror that idles still counts.
+			c.cfg.Owner.SetWeight(mirrorKey(m.Name), max(1, (b-prev)*int64(time.Second)/int64(weighEvery)))
+		}
+	}
+	return now
 }
 
 // records returns every mirror record of the state topic, by name, and the

@@ -30,6 +30,10 @@ type memberMeta struct {
 	// PreviousItems are every item of that generation, owned or moving:
 	// an item none of them is new, and has no earlier owner to wait out.
 	PreviousItems []string `json:"previous_items,omitempty"`
+	// PreviousWeights are the measured weights that generation's
+	// assignment used: an item keeps its weight when it moves, until its
+	// new owner measures it.
+	PreviousWeights map[string]int64 `json:"previous_weights,omitempty"`
 	// Owned are the items it writes now, with their weights as it
 	// measures them.
 	Owned []Item `json:"owned,omitempty"`
@@ -71,6 +75,9 @@ type assignment struct {
 	// Moving are the generation's items nobody owns in it: taken from
 	// their owner, handed on next round.
 	Moving []string `json:"moving,omitempty"`
+	// Weights are the measured weights (above 1) of the generation's
+	// items, told back by the members at their next join.
+	Weights map[string]int64 `json:"weights,omitempty"`
 }
 
 // MemberLoad is one member's share of a generation.
@@ -90,16 +97,19 @@ type joined struct {
 
 // assign divides items among members, sticky and cooperative:
 //
-//   - A member keeps what it owns while its load stays within its fair
-//     share (total weight / members, plus half the item's weight); what it
-//     owns beyond that, and items two members claim, are taken from it this
-//     round and given to nobody: it rejoins once it stopped them (Rejoin),
-//     and the next round gives them on as released.
+//   - An item weighs what its owner measured (its byte rate), what its
+//     last owner measured until then, or 1.
+//   - A member keeps what it owns, but items two members claim, and,
+//     while moving the lightest item of the most loaded member to the
+//     least loaded narrows the gap between them by more than half its
+//     weight, that item: those are taken from it this round and given to
+//     nobody; it rejoins once it stopped them (Rejoin), and the next round
+//     gives them on as released.
 //   - Items nobody owns go to the least loaded member, heaviest first;
 //     those no member released are orphans (the owner died or was
-//     replaced), which the new owner waits out before its first write:
-//     longer when some member of the previous generation was replaced by a
-//     new process (Replaced), as its old process may still be inside its
+//     replaced), which the new owner waits out before its first write
+//     when some member of the previous generation was replaced by a new
+//     process (Replaced), as its old process may still be inside its
 //     session. An item the previous generation (gen-1, as a member here
 //     was assigned in it) did not have at all is new, not an orphan: no
 //     member ever owned it, as only a generation gives items out.
@@ -114,15 +124,19 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 		return cmp.Or(cmp.Compare(a.meta.Agent, b.meta.Agent), cmp.Compare(a.id, b.id))
 	})
 	weights := make(map[string]int64, len(items))
-	var total int64
 	for _, it := range items {
 		if _, dup := weights[it.Key]; dup {
 			continue
 		}
 		weights[it.Key] = it.weight()
-		total += it.weight()
 	}
-	// The owners' measured weights replace the leader's guess.
+	// Weights measured earlier travel with their items; the owners'
+	// measurements replace them, and the leader's guess.
+	for k, w := range previousWeights(members) {
+		if _, ok := weights[k]; ok {
+			weights[k] = w
+		}
+	}
 	claims := map[string]int{}
 	released, waiting := map[string]bool{}, map[string]bool{}
 	for _, m := range members {
@@ -133,52 +147,48 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 			// An item the leader does not know yet (its view of the
 			// mirrors lags the owner's) stays with its owner; an owner
 			// stops an item whose mirror went, and claims it no more.
-			total += it.weight() - weights[it.Key]
-			weights[it.Key] = it.weight()
+			if _, ok := weights[it.Key]; !ok || it.Weight > 0 {
+				weights[it.Key] = it.weight()
+			}
 			claims[it.Key]++
 		}
 		for _, k := range m.meta.Released {
 			released[k] = true
 		}
 	}
-	n := int64(len(members))
-	// A member keeps what it owns up to the fair share rounded up: with
-	// shares that cannot be equal (4 items, 3 members), the member with
-	// one more keeps it, rather than give it up each round to get it back.
-	ceil := (total + n - 1) / n
-
 	load := make([]int64, len(members))
 	mine := make([][]string, len(members))
 	moving := false
 	placed := map[string]bool{}
 	for i, m := range members {
 		owned := slices.Clone(m.meta.Owned)
-		// Lightest first: a member over its share gives up its heaviest
-		// items, which balance best elsewhere.
+		// Heaviest first: what moves below is the lightest, which
+		// balances finely elsewhere; the heaviest would only make its
+		// next owner the most loaded in turn.
 		slices.SortFunc(owned, func(a, b Item) int {
-			return cmp.Or(cmp.Compare(weights[a.Key], weights[b.Key]), cmp.Compare(a.Key, b.Key))
+			return cmp.Or(cmp.Compare(weights[b.Key], weights[a.Key]), cmp.Compare(a.Key, b.Key))
 		})
 		for _, it := range owned {
-			w := weights[it.Key]
-			switch {
-			case claims[it.Key] > 1:
+			if claims[it.Key] > 1 {
 				moving = true // claimed twice: revoked from both
-			case load[i] > 0 && load[i]+w > ceil:
-				moving = true // over its share: revoked, handed on next round
-				placed[it.Key] = true
-			default:
-				load[i] += w
-				mine[i] = append(mine[i], it.Key)
-				placed[it.Key] = true
+				continue
 			}
+			load[i] += weights[it.Key]
+			mine[i] = append(mine[i], it.Key)
+			placed[it.Key] = true
 		}
 	}
-	// Then, while moving an item from the most loaded member to the
-	// least loaded one narrows the gap between them, it moves: a member
-	// that joined gets its share although the others are within theirs.
+	// Then, while moving the lightest item of the most loaded member to
+	// the least loaded one narrows the gap between them by more than half
+	// the item's weight, it moves: a member that joined gets its share,
+	// and measured weights that differ by a little (or shares that cannot
+	// be equal, 4 items over 3 members) move nothing, so that nothing
+	// moves back and forth. A move narrows a gap g to |g-2w|, by more
+	// than w/2 when g > 1.5w; after it, the two are within 2w-g < w/2 of
+	// each other, and the move back would need a gap above 1.5w.
 	// The item is revoked now and handed on next round, when the least
 	// loaded member takes it; kept counts the loads as they will be once
-	// every item not kept (revoked above, or nobody's) went to the least
+	// every item not kept (claimed twice, or nobody's) went to the least
 	// loaded.
 	kept := slices.Clone(load)
 	keptBy := map[string]bool{}
@@ -210,12 +220,13 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 		if len(mine[hi]) < 2 {
 			break
 		}
-		k := mine[hi][0] // the lightest, as owned was sorted
+		last := len(mine[hi]) - 1
+		k := mine[hi][last] // the lightest, as owned was sorted
 		w := weights[k]
-		if kept[hi]-kept[lo] <= w {
+		if 2*(kept[hi]-kept[lo]) <= 3*w {
 			break
 		}
-		mine[hi] = mine[hi][1:]
+		mine[hi] = mine[hi][:last]
 		load[hi] -= w
 		kept[hi] -= w
 		kept[lo] += w
@@ -271,13 +282,32 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 		}
 	}
 	slices.Sort(unowned)
+	measured := map[string]int64{}
+	for k, w := range weights {
+		if w > 1 {
+			measured[k] = w
+		}
+	}
 	replaced := replacedSince(members)
 	for i, m := range members {
 		slices.Sort(mine[i])
 		slices.Sort(orphans[i])
 		slices.Sort(news[i])
 		long := replaced || slices.ContainsFunc(orphans[i], func(k string) bool { return waiting[k] })
-		out[m.id] = assignment{Version: 1, Items: mine[i], Orphans: orphans[i], New: news[i], Rejoin: moving, Replaced: long, Members: loads, Owners: owners, Moving: unowned}
+		out[m.id] = assignment{Version: 1, Items: mine[i], Orphans: orphans[i], New: news[i], Rejoin: moving, Replaced: long, Members: loads, Owners: owners, Moving: unowned, Weights: measured}
+	}
+	return out
+}
+
+// previousWeights are the weights the newest generation a member here was
+// assigned in used.
+func previousWeights(members []joined) map[string]int64 {
+	var out map[string]int64
+	gen := int32(-1)
+	for _, m := range members {
+		if m.meta.PreviousWeights != nil && m.meta.PreviousGen > gen {
+			out, gen = m.meta.PreviousWeights, m.meta.PreviousGen
+		}
 	}
 	return out
 }

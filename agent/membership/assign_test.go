@@ -84,8 +84,35 @@ func TestAssign(t *testing.T) {
 			{id: "m-b", meta: memberMeta{Agent: "b", Owned: owned("t/02", "t/03")}},
 			{id: "m-c", meta: memberMeta{Agent: "c"}},
 		},
-		want:   map[string][]string{"m-a": {"t/01"}, "m-b": {"t/02", "t/03"}, "m-c": nil},
+		want:   map[string][]string{"m-a": {"t/00"}, "m-b": {"t/02", "t/03"}, "m-c": nil},
 		rejoin: true,
+	}, {
+		name:  "measured weights a little apart, 4 items over 3 members: nothing moves (it would move back)",
+		items: items(4),
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Owned: []Item{{Key: "t/00", Weight: 22925}, {Key: "t/01", Weight: 22919}}}},
+			{id: "m-b", meta: memberMeta{Agent: "b", Owned: []Item{{Key: "t/02", Weight: 22929}}}},
+			{id: "m-c", meta: memberMeta{Agent: "c", Owned: []Item{{Key: "t/03", Weight: 22990}}}},
+		},
+		want: map[string][]string{"m-a": {"t/00", "t/01"}, "m-b": {"t/02"}, "m-c": {"t/03"}},
+	}, {
+		name:  "a heavy item stays with its owner, which gives its light ones up",
+		items: items(5),
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Owned: []Item{{Key: "t/00"}, {Key: "t/01", Weight: 1000}, {Key: "t/02"}}}},
+			{id: "m-b", meta: memberMeta{Agent: "b", Owned: owned("t/03", "t/04")}},
+		},
+		want:   map[string][]string{"m-a": {"t/01"}, "m-b": {"t/03", "t/04"}},
+		rejoin: true,
+	}, {
+		name:  "a measured weight travels with its item: the heavy item, moving, goes where the load is least",
+		items: items(5),
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Owned: owned("t/00", "t/02"), Released: []string{"t/01"}, PreviousWeights: map[string]int64{"t/01": 1000}, PreviousGen: 7}},
+			{id: "m-b", meta: memberMeta{Agent: "b", Owned: owned("t/03", "t/04")}},
+			{id: "m-c", meta: memberMeta{Agent: "c"}},
+		},
+		want: map[string][]string{"m-a": {"t/00", "t/02"}, "m-b": {"t/03", "t/04"}, "m-c": {"t/01"}},
 	}, {
 		name:  "a member died: the others keep theirs and share its items as orphans",
 		items: items(9),
@@ -282,5 +309,32 @@ func TestAssignWaiting(t *testing.T) {
 		if a.Replaced != long {
 			t.Errorf("member %s: orphans %v, replaced %v; want the long wait exactly where t/02 goes", id, a.Orphans, a.Replaced)
 		}
+	}
+}
+
+// TestAssignWeightsTravel: a weight measured by an item's last owner
+// counts where the item goes next, until its new owner measures it, and
+// the assignment tells it on for the next generation.
+func TestAssignWeightsTravel(t *testing.T) {
+	got := assign(items(5), []joined{
+		{id: "m-a", meta: memberMeta{Agent: "a", Owned: owned("t/00", "t/02"), Released: []string{"t/01"}, PreviousWeights: map[string]int64{"t/01": 1000}, PreviousGen: 7}},
+		{id: "m-b", meta: memberMeta{Agent: "b", Owned: owned("t/03", "t/04")}},
+		{id: "m-c", meta: memberMeta{Agent: "c", Owned: []Item{{Key: "t/01", Weight: 0}}}},
+	}, 8)
+	a := got["m-c"]
+	if !slices.Equal(a.Items, []string{"t/01"}) || a.Weights["t/01"] != 1000 {
+		t.Fatalf("c: items %v, weights %v; want t/01 kept, weighing 1000 (not measured by c yet)", a.Items, a.Weights)
+	}
+	for _, l := range a.Members {
+		if l.Agent == "c" && l.Weight != 1000 {
+			t.Errorf("c's load %d, want 1000", l.Weight)
+		}
+	}
+	// Measured by c, its own figure counts.
+	got = assign(items(5), []joined{
+		{id: "m-c", meta: memberMeta{Agent: "c", Owned: []Item{{Key: "t/01", Weight: 40}}, PreviousWeights: map[string]int64{"t/01": 1000}, PreviousGen: 8}},
+	}, 9)
+	if w := got["m-c"].Weights["t/01"]; w != 40 {
+		t.Errorf("t/01 weighs %d after its owner measured 40", w)
 	}
 }

@@ -49,9 +49,10 @@
 //     items' next owner waits the session timeout (the old process stops
 //     writing WriteGrace before its end, and its last writes land by then)
 //     when some member of the previous generation is now another process of
-//     its agent id (assignment's Replaced), or when this is the process's
-//     first assignment (a static member's new process is handed its
-//     previous instance's items, which that instance never released).
+//     its agent id (assignment's Replaced), or when the assignment was
+//     not made from this process's own join (the coordinator may answer a
+//     static member's new process with its old process's assignment,
+//     without a rebalance: items that process never released).
 //   - New (no item of the previous generation): nobody ever wrote it; its
 //     first owner writes at once.
 //
@@ -174,6 +175,8 @@ type Member struct {
 	members  []MemberLoad
 	owners   map[string]string
 	known    []string // the items of generation membersGen (PreviousItems)
+	// knownWeights are the weights generation membersGen used.
+	knownWeights map[string]int64
 	// membersGen is the generation of members.
 	membersGen int32
 	weights    map[string]int64
@@ -187,7 +190,6 @@ type Member struct {
 	// the leader.
 	assigned map[string]bool
 	process  string        // tells this process from another of its agent id
-	synced   bool          // this process has had an assignment
 	alive    time.Time     // send time of the last request answered as a member
 	lost     error         // why the member may not write at all, nil while it may
 	changed  chan struct{} // closed and replaced when the view changes
@@ -426,7 +428,7 @@ var errRejoin = errors.New("rejoin")
 // joinAndSync runs one JoinGroup and SyncGroup.
 func (m *Member) joinAndSync(ctx context.Context) error {
 	m.mu.Lock()
-	meta := memberMeta{Version: 1, Agent: m.cfg.AgentID, Process: m.process, API: m.cfg.API, Previous: m.members, PreviousGen: m.membersGen, PreviousItems: m.known}
+	meta := memberMeta{Version: 1, Agent: m.cfg.AgentID, Process: m.process, API: m.cfg.API, Previous: m.members, PreviousGen: m.membersGen, PreviousItems: m.known, PreviousWeights: m.knownWeights}
 	now := time.Now()
 	for k, at := range m.released {
 		if at.After(now) {
@@ -559,14 +561,15 @@ func (m *Member) apply(a assignment, sent time.Time, gen int32) {
 	for _, k := range a.Orphans {
 		orphan[k] = true
 	}
-	// Only an assignment made for this process: a static member's new
-	// process may be handed its previous process's, whose new items that
-	// process may have written since.
-	if slices.ContainsFunc(a.Members, func(l MemberLoad) bool { return l.Agent == m.cfg.AgentID && l.Process == m.process }) {
-		for _, k := range a.New {
-			isNew[k] = true
-		}
+	for _, k := range a.New {
+		isNew[k] = true
 	}
+	// An assignment the leader made from this process's own join. A
+	// static member's new process may instead be handed its previous
+	// process's (the coordinator answers its join without a rebalance),
+	// whose items that process, maybe still inside its session, never
+	// released.
+	forMe := slices.ContainsFunc(a.Members, func(l MemberLoad) bool { return l.Agent == m.cfg.AgentID && l.Process == m.process })
 	next := make(map[string]Grant, len(a.Items))
 	for _, k := range a.Items {
 		if g, ok := m.items[k]; ok {
@@ -575,9 +578,9 @@ func (m *Member) apply(a assignment, sent time.Time, gen int32) {
 		}
 		g := Grant{Since: now, WritableAt: now}
 		switch {
-		case isNew[k]:
+		case forMe && isNew[k]:
 			// Nobody had it in the previous generation: nobody wrote it.
-		case !m.synced || (orphan[k] && a.Replaced):
+		case !forMe || (orphan[k] && a.Replaced):
 			// Its last owner may be a process replaced by a new one of
 			// its agent id, still inside its session: it stops writing
 			// WriteGrace before its end, and its writes land by then.
@@ -599,10 +602,11 @@ func (m *Member) apply(a assignment, sent time.Time, gen int32) {
 			delete(m.weights, k)
 		}
 	}
-	m.items, m.members, m.membersGen, m.synced, m.owners = next, a.Members, gen, true, a.Owners
-	m.known = append(slices.Collect(maps.Keys(a.Owners)), a.Moving...)
+	m.items, m.members, m.membersGen, m.owners = next, a.Members, gen, a.Owners
+	m.known, m.knownWeights = append(slices.Collect(maps.Keys(a.Owners)), a.Moving...), a.Weights
 	slices.Sort(m.known)
 	m.log.Info("group assignment", "group", m.cfg.Group, "generation", gen, "items", len(next), "orphans", len(a.Orphans), "members", len(a.Members), "rejoin", a.Rejoin)
+	m.log.Debug("group assignment items", "generation", gen, "items", a.Items, "orphans", a.Orphans, "new", a.New, "moving", a.Moving, "replaced", a.Replaced, "for_me", forMe)
 	// With a.Rejoin, the member that lost items rejoins once its caller
 	// says they are Released; the others rejoin when the coordinator
 	// asks (REBALANCE_IN_PROGRESS).

@@ -406,6 +406,31 @@ func testGroup(t *testing.T, engine devcluster.EngineKind) {
 		t.Errorf("the new process of a may write at once: %v", err)
 	}
 	t.Logf("restarted a: %v", countBy(owner))
+
+	// a measures one of its items at 1000 (its byte rate): at the next
+	// rebalance (an item added), the group balances by weight. The heavy
+	// item keeps its weight wherever it goes, and its holder gives the
+	// rest of its items up to the others.
+	heavy := firstOf(owner, "a")
+	agents[0].m.SetWeight(heavy, 1000)
+	work.add(Item{Key: "orders/16"})
+	for _, a := range agents {
+		a.m.Refresh()
+	}
+	owner = waitSettled(t, agents, work)
+	holder := owner[heavy]
+	n := countBy(owner)
+	for _, a := range agents {
+		if a.id != holder && n[holder] >= n[a.id] {
+			t.Errorf("%s holds %s, weighing 1000, and %d items; %s holds %d: want the heavy item's holder to hold the fewest", holder, heavy, n[holder], a.id, n[a.id])
+		}
+	}
+	for _, l := range agents[1].m.View().Members {
+		if l.Agent == holder && l.Weight < 1000 {
+			t.Errorf("%s's load in the group's view is %d, want at least 1000 (the measured weight of %s)", holder, l.Weight, heavy)
+		}
+	}
+	t.Logf("weighed %s at 1000: held by %s, %v", heavy, holder, n)
 }
 
 func itemsOf(owner map[string]string, agent string) []string {

@@ -327,6 +327,10 @@ type GroupMember struct {
 	API string `json:"api,omitempty"`
 	// Mirrors are the mirrors it runs, by name.
 	Mirrors []string `json:"mirrors"`
+	// Weight is its share of the work when the group last divided it:
+	// the byte rates (bytes per second) of its mirrors as their agents
+	// measured them, 1 for a mirror not measured yet.
+	Weight int64 `json:"weight"`
 }
 
 // AgentRole is an agent's part in the writer lease.

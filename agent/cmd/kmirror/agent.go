@@ -398,7 +398,7 @@ func groupMembers(v membership.View) []mirrorapi.GroupMember {
 	for _, mm := range v.Members {
 		ms := append([]string{}, owned[mm.Agent]...)
 		slices.Sort(ms)
-		out = append(out, mirrorapi.GroupMember{AgentID: mm.Agent, API: mm.API, Mirrors: ms})
+		out = append(out, mirrorapi.GroupMember{AgentID: mm.Agent, API: mm.API, Mirrors: ms, Weight: mm.Weight})
 	}
 	return out
 }

@@ -38,7 +38,7 @@ func runStatus(ctx context.Context, args []string) error {
 		fmt.Fprintf(stdout, "fillers: %s (%s)\n", st.Fillers, st.FillersReason)
 	}
 	for _, m := range st.GroupMembers {
-		fmt.Fprintf(stdout, "  %s\t%s\t%d mirror(s) %v\n", m.AgentID, cmp.Or(m.API, "(no API)"), len(m.Mirrors), m.Mirrors)
+		fmt.Fprintf(stdout, "  %s\t%s\t%d mirror(s) %v\tload %d B/s\n", m.AgentID, cmp.Or(m.API, "(no API)"), len(m.Mirrors), m.Mirrors, m.Weight)
 	}
 	return nil
 }
