@@ -282,21 +282,40 @@ func running(ctx context.Context, agents map[string]*agentProcess, owner map[str
 
 // TestAgentGroupAndLeaseDoNotMix: agents of the writer lease and of a group
 // on one state topic would both write. A group agent refuses to start while
-// a lease agent renews the lease, and starts once it released it; a lease
-// agent refuses to start while the group has members.
+// a lease agent renews the lease; a lease agent refuses to start while the
+// group has members. The migration they leave, under load: the lease agent
+// stops (releasing the lease), two group agents start on its state topic
+// and take its mirrors on, and every topic is offset-identical to its
+// source at the end.
 func TestAgentGroupAndLeaseDoNotMix(t *testing.T) {
 	forEngines(t, testAgentGroupAndLeaseDoNotMix)
 }
 
 func testAgentGroupAndLeaseDoNotMix(t *testing.T, e engine) {
-	p := newPairOn(t, e, pairOpts{topic: "mix", partitions: 1})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	p := newPairOn(t, e, pairOpts{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	mirror := agentMirror{Name: "mix", Source: p.src, Topics: []string{p.topic}}
-	// The pair's own state topic: the destination is shared.
-	state := fmt.Sprintf("state_topic = %q\n", p.stateTopic)
-	leaseCfg := writeAgentConfigWith(t, p.dst, state+fmt.Sprintf("agent_id = \"l\"\nlease_duration = %q\nlease_request_timeout = %q\n", e2eLease, e2eLeaseTimeout), mirror)
-	groupCfg := writeAgentConfigWith(t, p.dst, state+"agent_id = \"g\"\ncoordination = \"group\"\ngroup_session_timeout = \"6s\"\n", mirror)
+	var specs []workload.Spec
+	var ms []agentMirror
+	for i := range 2 {
+		topic := p.name(fmt.Sprintf("mix%d", i))
+		createTopic(t, p.srcCl, topic, 2, nil)
+		spec := workload.Spec{Topic: topic, Partitions: 2, Seed: int64(i + 11), Codecs: []string{workload.CodecZstd}, Headers: true}
+		if i == 1 {
+			spec.TransactionalID, spec.AbortEvery = p.name("mix-txn"), 4
+		}
+		specs = append(specs, spec)
+		ms = append(ms, agentMirror{Name: fmt.Sprintf("mix%d", i), Source: p.src, Topics: []string{topic}})
+	}
+	// The pair's own state topic where the destination is shared.
+	var state string
+	if p.stateTopic != "" {
+		state = fmt.Sprintf("state_topic = %q\n", p.stateTopic)
+	}
+	leaseCfg := writeAgentConfigWith(t, p.dst, state+fmt.Sprintf("agent_id = \"l\"\nlease_duration = %q\nlease_request_timeout = %q\n", e2eLease, e2eLeaseTimeout), ms...)
+	groupCfg := func(id string) agentSetup {
+		return writeAgentConfigWith(t, p.dst, state+fmt.Sprintf("agent_id = %q\ncoordination = \"group\"\ngroup_session_timeout = \"6s\"\n", id), ms...)
+	}
 	refused := func(setup agentSetup, want string) {
 		t.Helper()
 		out, err := exec.CommandContext(ctx, kmirrorBin(t), "agent", "--config", setup.Path).CombinedOutput()
@@ -306,22 +325,72 @@ func testAgentGroupAndLeaseDoNotMix(t *testing.T, e engine) {
 		t.Logf("refused: %s", lastLine(string(out)))
 	}
 
+	stopProducing := runProducers(ctx, t, p.src, specs, 200, 50)
 	l := startAgentProcess(t, leaseCfg, "lease")
 	waitActive(ctx, t, map[string]*agentProcess{"l": l}, "", 30*time.Second)
-	refused(groupCfg, `holds the writer lease`)
-	l.Stop() // releases the lease
-
-	g := startAgentProcess(t, groupCfg, "group")
-	for {
-		if code, _, err := g.Ready(5 * time.Second); err == nil && code == http.StatusOK {
-			break
+	// The lease agent mirrors before the migration.
+	for _, s := range specs {
+		for p.destinationEnds(ctx, s.Topic) < 20 {
+			if ctx.Err() != nil {
+				t.Fatalf("the lease agent mirrored nothing of %s", s.Topic)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		if ctx.Err() != nil {
-			t.Fatal("the group agent did not become ready after the lease agent stopped")
+	}
+	refused(groupCfg("g9"), `holds the writer lease`)
+
+	// The migration: the lease agent stops, the group starts.
+	stopped := time.Now()
+	l.Stop() // releases the lease
+	agents := map[string]*agentProcess{}
+	for _, id := range []string{"g0", "g1"} {
+		g := startAgentProcess(t, groupCfg(id), id)
+		agents[id] = g
+		for {
+			if code, _, err := g.Ready(5 * time.Second); err == nil && code == http.StatusOK {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("group agent %s did not become ready after the lease agent stopped", id)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	var owner map[string]string
+	for ctx.Err() == nil {
+		owner = map[string]string{}
+		if st, err := agents["g0"].api.Agent(ctx); err == nil && len(st.GroupMembers) == 2 {
+			for _, m := range st.GroupMembers {
+				for _, name := range m.Mirrors {
+					owner[name] = m.AgentID
+				}
+			}
+		}
+		if len(owner) == len(ms) && running(ctx, agents, owner) {
+			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	if ctx.Err() != nil {
+		t.Fatalf("the group did not take the lease agent's mirrors on: %v", owner)
+	}
+	t.Logf("lease agent stopped; the group runs its mirrors %v later: %v", time.Since(stopped).Round(time.Millisecond), owner)
 	refused(leaseCfg, `agent(s) with coordination = "group"`)
+
+	stats := stopProducing()
+	for i, s := range specs {
+		waitCaughtUp(ctx, t, p.srcCl, p.dstCl, s.Topic, agents["g1"], time.Minute)
+		p.assertIdentical(t, s.Topic, identityOpts{wantRecords: stats[i].Records})
+	}
+	list, err := agents["g1"].api.Describe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, part := range describedPartitions(list) {
+		if part.State != mirrorapi.StateMirroring {
+			t.Errorf("%s/%d is %s: %s", part.Topic, part.Partition, part.State, part.Reason)
+		}
+	}
 }
 
 // lastLine is the last non-empty line of s.

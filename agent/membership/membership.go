@@ -101,7 +101,6 @@ const protocolName = "sticky-v1"
 const (
 	DefaultGroup            = "kmirror-agents"
 	DefaultSessionTimeout   = 10 * time.Second
-	DefaultRebalanceTimeout = 30 * time.Second
 )
 
 // ErrNotOwner is returned by Check for an item this member may not write.
@@ -123,8 +122,11 @@ type Config struct {
 	// removes a member it heard nothing from for this long, and a member
 	// stops writing WriteGrace before.
 	SessionTimeout time.Duration
-	// RebalanceTimeout (default DefaultRebalanceTimeout): how long the
-	// coordinator waits for every member to rejoin.
+	// RebalanceTimeout (default SessionTimeout): how long the coordinator
+	// waits for every member to rejoin. Members rejoin at once, keeping
+	// what they own (they stop what they lose between generations), so
+	// the session suffices; a longer one lets a member that died while it
+	// rejoined hold the whole group up that long.
 	RebalanceTimeout time.Duration
 	// WriteGrace is how long a write already sent may take to reach the
 	// broker; at most half the session (the default), so that a member
@@ -217,7 +219,7 @@ func Join(cfg Config) (*Member, error) {
 		cfg.SessionTimeout = DefaultSessionTimeout
 	}
 	if cfg.RebalanceTimeout <= 0 {
-		cfg.RebalanceTimeout = DefaultRebalanceTimeout
+		cfg.RebalanceTimeout = cfg.SessionTimeout
 	}
 	if cfg.WriteGrace <= 0 {
 		cfg.WriteGrace = cfg.SessionTimeout / 2
@@ -359,9 +361,20 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-// Refresh asks for a new assignment: the work (Config.Items) changed. The
-// leader also notices a change itself, at its next heartbeat.
-func (m *Member) Refresh() { m.askRejoin() }
+// Refresh asks for a new assignment: the work (Config.Items) changed. Only
+// the leader's view of the work is assigned, and only its rejoin
+// rebalances the group (a follower's, with unchanged metadata, gets the
+// current assignment back, or starts a rebalance for nothing), so a
+// follower does nothing: the leader notices the change at its next
+// heartbeat.
+func (m *Member) Refresh() {
+	m.mu.Lock()
+	leader := m.leader
+	m.mu.Unlock()
+	if leader {
+		m.askRejoin()
+	}
+}
 
 func itemKeys(items []Item) map[string]bool {
 	out := make(map[string]bool, len(items))
