@@ -99,8 +99,8 @@ const protocolName = "sticky-v1"
 
 // Defaults.
 const (
-	DefaultGroup            = "kmirror-agents"
-	DefaultSessionTimeout   = 10 * time.Second
+	DefaultGroup          = "kmirror-agents"
+	DefaultSessionTimeout = 10 * time.Second
 )
 
 // ErrNotOwner is returned by Check for an item this member may not write.
