@@ -398,3 +398,54 @@ func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
 }
+
+// TestAgentGroupLoneRestart: a lone group agent killed (SIGKILL) and started
+// again with its agent id writes again one session after it rejoined (its
+// previous process may still have been inside its session then), and its
+// mirror is offset-identical afterwards.
+func TestAgentGroupLoneRestart(t *testing.T) {
+	forEngines(t, testAgentGroupLoneRestart)
+}
+
+func testAgentGroupLoneRestart(t *testing.T, e engine) {
+	p := newPairOn(t, e, pairOpts{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	topic := p.name("lone")
+	createTopic(t, p.srcCl, topic, 2, nil)
+	spec := workload.Spec{Topic: topic, Partitions: 2, Seed: 21, Codecs: []string{workload.CodecZstd}, Headers: true}
+	stopProducing := runProducers(ctx, t, p.src, []workload.Spec{spec}, 200, 50)
+	const session = 6 * time.Second
+	extra := fmt.Sprintf("agent_id = \"lone\"\ncoordination = \"group\"\ngroup_session_timeout = %q\n", session)
+	if p.stateTopic != "" {
+		extra += fmt.Sprintf("state_topic = %q\n", p.stateTopic)
+	}
+	setup := writeAgentConfigWith(t, p.dst, extra, agentMirror{Name: "lone", Source: p.src, Topics: []string{topic}})
+	// writing waits until the agent runs its mirror and the destination
+	// grows past from.
+	writing := func(a *agentProcess, from int64) {
+		t.Helper()
+		for ctx.Err() == nil {
+			if list, err := a.api.Describe(ctx); err == nil && len(list) == 1 && p.destinationEnds(ctx, topic) > from {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatalf("the agent did not write %s again", topic)
+	}
+	a := startAgentProcess(t, setup, "lone")
+	writing(a, 0)
+	a.Kill()
+	restarted := time.Now()
+	before := p.destinationEnds(ctx, topic)
+	a = startAgentProcess(t, setup, "lone-again")
+	writing(a, before)
+	took := time.Since(restarted)
+	t.Logf("SIGKILL and restart of a lone agent: it writes again %v after its start (session %v)", took.Round(time.Millisecond), session)
+	if took < session-time.Second {
+		t.Errorf("the restarted agent wrote %v after its start, before its previous process's session (%v) could have run out", took, session)
+	}
+	stats := stopProducing()
+	waitCaughtUp(ctx, t, p.srcCl, p.dstCl, topic, a, time.Minute)
+	p.assertIdentical(t, topic, identityOpts{wantRecords: stats[0].Records})
+}

@@ -27,9 +27,10 @@ type memberMeta struct {
 	// PreviousGen (none for a process that never was).
 	Previous    []MemberLoad `json:"previous,omitempty"`
 	PreviousGen int32        `json:"previous_gen,omitempty"`
-	// PreviousItems are every item of that generation, owned or moving:
-	// an item none of them is new, and has no earlier owner to wait out.
-	PreviousItems []string `json:"previous_items,omitempty"`
+	// PreviousHistory is that generation's History, and PreviousComplete
+	// its Complete.
+	PreviousHistory  map[string]Process `json:"previous_history,omitempty"`
+	PreviousComplete bool               `json:"previous_complete,omitempty"`
 	// PreviousWeights are the measured weights that generation's
 	// assignment used: an item keeps its weight when it moves, until its
 	// new owner measures it.
@@ -50,18 +51,10 @@ type assignment struct {
 	Version int `json:"v"`
 	// Items are the member's items this generation.
 	Items []string `json:"items,omitempty"`
-	// Orphans are those of Items whose last owner did not release them:
-	// its last writes may still be on their way.
+	// Orphans are those of Items whose last owner may still be inside
+	// its session: the member waits the session before it writes them
+	// (see wait).
 	Orphans []string `json:"orphans,omitempty"`
-	// New are those of Items the previous generation did not have: no
-	// member ever wrote them, so none is waited out.
-	New []string `json:"new,omitempty"`
-	// Replaced: a member of the previous generation was replaced by a new
-	// process of its agent id (or the previous generation is not known),
-	// or an orphan given here was lost by a member still waiting out an
-	// earlier owner (Waiting): an orphan's last owner may still be inside
-	// its session, not only its last writes on their way.
-	Replaced bool `json:"replaced,omitempty"`
 	// Rejoin: some items move from one member to another this round; each
 	// member rejoins once it has stopped what it lost, and the next round
 	// hands them on.
@@ -72,12 +65,23 @@ type assignment struct {
 	// Owners are the agent ids of the owners of the generation's items,
 	// for calls to be forwarded to them.
 	Owners map[string]string `json:"owners,omitempty"`
-	// Moving are the generation's items nobody owns in it: taken from
-	// their owner, handed on next round.
-	Moving []string `json:"moving,omitempty"`
+	// History is the process that last owned each item, in this
+	// generation or, for an item nobody owns in it, an earlier one;
+	// Complete says that it holds every item any process of the group
+	// ever owned (the chain of generations it was carried along is
+	// unbroken from the group's first). Members tell them back at their
+	// next join.
+	History  map[string]Process `json:"history,omitempty"`
+	Complete bool               `json:"complete,omitempty"`
 	// Weights are the measured weights (above 1) of the generation's
 	// items, told back by the members at their next join.
 	Weights map[string]int64 `json:"weights,omitempty"`
+}
+
+// Process is one process of an agent.
+type Process struct {
+	Agent   string `json:"a"`
+	Process string `json:"p,omitempty"`
 }
 
 // MemberLoad is one member's share of a generation.
@@ -105,14 +109,10 @@ type joined struct {
 //     weight, that item: those are taken from it this round and given to
 //     nobody; it rejoins once it stopped them (Rejoin), and the next round
 //     gives them on as released.
-//   - Items nobody owns go to the least loaded member, heaviest first;
-//     those no member released are orphans (the owner died or was
-//     replaced), which the new owner waits out before its first write
-//     when some member of the previous generation was replaced by a new
-//     process (Replaced), as its old process may still be inside its
-//     session. An item the previous generation (gen-1, as a member here
-//     was assigned in it) did not have at all is new, not an orphan: no
-//     member ever owned it, as only a generation gives items out.
+//   - Items nobody owns go to the least loaded member, heaviest first.
+//     Those no member released are orphans, which the new owner waits out
+//     for a session before its first write, unless the group's history
+//     shows that no process that may still write them exists (mustWait).
 //
 // Members are identified by member id; the result is keyed the same way.
 func assign(items []Item, members []joined, gen int32) map[string]assignment {
@@ -246,9 +246,12 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 	slices.SortFunc(free, func(a, b string) int {
 		return cmp.Or(-cmp.Compare(weights[a], weights[b]), cmp.Compare(a, b))
 	})
-	before, knowsBefore := previousItems(members, gen)
+	hist, complete, known := previousHistory(members, gen)
+	here := map[string]string{} // agent → its process in this generation
+	for _, m := range members {
+		here[m.meta.Agent] = m.meta.Process
+	}
 	orphans := make([][]string, len(members))
-	news := make([][]string, len(members))
 	for _, k := range free {
 		i := 0
 		for j := range members {
@@ -258,10 +261,7 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 		}
 		load[i] += weights[k]
 		mine[i] = append(mine[i], k)
-		switch {
-		case knowsBefore && !before[k]:
-			news[i] = append(news[i], k)
-		case !released[k]:
+		if !released[k] && mustWait(k, hist, complete, known, here, waiting) {
 			orphans[i] = append(orphans[i], k)
 		}
 	}
@@ -275,28 +275,56 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 			owners[k] = m.meta.Agent
 		}
 	}
-	var unowned []string
-	for k := range weights {
-		if _, ok := owners[k]; !ok {
-			unowned = append(unowned, k)
+	// The history goes on: items owned now, by their owners (revoked
+	// ones are still their owners' until released); the others keep
+	// their last owner.
+	next := make(map[string]Process, len(hist)+len(weights))
+	for k, p := range hist {
+		next[k] = p
+	}
+	for _, m := range members {
+		for _, it := range m.meta.Owned {
+			next[it.Key] = Process{Agent: m.meta.Agent, Process: m.meta.Process}
 		}
 	}
-	slices.Sort(unowned)
+	for i, m := range members {
+		for _, k := range mine[i] {
+			next[k] = Process{Agent: m.meta.Agent, Process: m.meta.Process}
+		}
+	}
+	complete = known && complete
 	measured := map[string]int64{}
 	for k, w := range weights {
 		if w > 1 {
 			measured[k] = w
 		}
 	}
-	replaced := replacedSince(members)
 	for i, m := range members {
 		slices.Sort(mine[i])
 		slices.Sort(orphans[i])
-		slices.Sort(news[i])
-		long := replaced || slices.ContainsFunc(orphans[i], func(k string) bool { return waiting[k] })
-		out[m.id] = assignment{Version: 1, Items: mine[i], Orphans: orphans[i], New: news[i], Rejoin: moving, Replaced: long, Members: loads, Owners: owners, Moving: unowned, Weights: measured}
+		out[m.id] = assignment{Version: 1, Items: mine[i], Orphans: orphans[i], Rejoin: moving, Members: loads, Owners: owners, Weights: measured, History: next, Complete: complete}
 	}
 	return out
+}
+
+// mustWait says whether the next owner of item k, which its last owner did
+// not release, waits the session before it writes it: unless the history
+// says who last owned it and that process is gone from the group (removed
+// by the coordinator, a session after the last request it received; or it
+// left, after its writes returned), or, complete, that nobody ever did.
+// A last owner whose agent is here as another process was fenced out by
+// that process's join while maybe inside its session; one lost by a member
+// still waiting out an earlier owner (waiting) is waited out as long.
+func mustWait(k string, hist map[string]Process, complete, known bool, here map[string]string, waiting map[string]bool) bool {
+	if waiting[k] || !known {
+		return true
+	}
+	last, ok := hist[k]
+	if !ok {
+		return !complete
+	}
+	proc, present := here[last.Agent]
+	return present && proc != last.Process
 }
 
 // previousWeights are the weights the newest generation a member here was
@@ -312,46 +340,37 @@ func previousWeights(members []joined) map[string]int64 {
 	return out
 }
 
-// previousItems are the items of generation gen-1, as a member assigned in
-// it tells them; ok is false when no member here was (then no item can be
-// told new).
-func previousItems(members []joined, gen int32) (items map[string]bool, ok bool) {
-	for _, m := range members {
-		if len(m.meta.Previous) > 0 && m.meta.PreviousGen == gen-1 {
-			items = map[string]bool{}
-			for _, k := range m.meta.PreviousItems {
-				items[k] = true
+// previousHistory is the group's history as the member here assigned most
+// recently tells it (generation g); known is false when no member here
+// was. A history older than gen-1 holds nothing of the generations between,
+// where an item may have been owned by a process that has since been
+// replaced by another of its agent id: it is known only when every member
+// here was a member of g, as the same process (those of the generations
+// between that are not here were removed, or left, and stopped writing
+// before). A new group's first generation knows its history: nobody ever
+// owned anything.
+func previousHistory(members []joined, gen int32) (hist map[string]Process, complete, known bool) {
+	var newest *memberMeta
+	for i := range members {
+		m := &members[i].meta
+		if len(m.Previous) > 0 && (newest == nil || m.PreviousGen > newest.PreviousGen) {
+			newest = m
+		}
+	}
+	if newest == nil {
+		if gen == 1 {
+			return nil, true, true
+		}
+		return nil, false, false
+	}
+	if newest.PreviousGen != gen-1 {
+		for _, m := range members {
+			if !slices.ContainsFunc(newest.Previous, func(l MemberLoad) bool {
+				return l.Agent == m.meta.Agent && l.Process == m.meta.Process
+			}) {
+				return nil, false, false
 			}
-			return items, true
 		}
 	}
-	return nil, false
-}
-
-// replacedSince says whether a member of the previous generation, as the
-// member assigned most recently remembers it, is here now as another process of its agent id; or
-// whether no member knows the previous generation. A previous member that
-// is gone was removed by the coordinator when its session ran out (or it
-// left): by then it had stopped writing.
-func replacedSince(members []joined) bool {
-	var previous []MemberLoad
-	gen := int32(-1)
-	for _, m := range members {
-		if len(m.meta.Previous) > 0 && m.meta.PreviousGen > gen {
-			previous, gen = m.meta.Previous, m.meta.PreviousGen
-		}
-	}
-	if previous == nil {
-		return true
-	}
-	now := map[string]string{}
-	for _, m := range members {
-		now[m.meta.Agent] = m.meta.Process
-	}
-	for _, p := range previous {
-		if proc, here := now[p.Agent]; here && proc != p.Process {
-			return true
-		}
-	}
-	return false
+	return newest.PreviousHistory, newest.PreviousComplete, true
 }

@@ -30,6 +30,22 @@ func keys(from, to int) []string {
 	return out
 }
 
+// hist builds a history from agent, process, item numbers..., in turn.
+func hist(args ...any) map[string]Process {
+	out := map[string]Process{}
+	var p Process
+	for i := 0; i < len(args); i++ {
+		switch v := args[i].(type) {
+		case string:
+			p = Process{Agent: v, Process: args[i+1].(string)}
+			i++
+		case int:
+			out[fmt.Sprintf("t/%02d", v)] = p
+		}
+	}
+	return out
+}
+
 func TestAssign(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -38,7 +54,6 @@ func TestAssign(t *testing.T) {
 		// want: member id → items; orphans: member id → orphans.
 		want    map[string][]string
 		orphans map[string][]string
-		news    map[string][]string
 		rejoin  bool
 		gen     int32 // the generation assigned
 	}{{
@@ -160,36 +175,70 @@ func TestAssign(t *testing.T) {
 		want:    map[string][]string{"m-a": {"new/0", "t/01"}, "m-b": {"t/00"}},
 		orphans: map[string][]string{"m-a": {"t/01"}, "m-b": {"t/00"}},
 	}, {
-		name:  "items the previous generation did not have are new: nobody waits for them",
+		name:  "a complete history without the new items: nobody waits for them",
 		items: items(6),
 		gen:   5,
 		members: []joined{
-			{id: "m-a", meta: memberMeta{Agent: "a", Previous: []MemberLoad{{Agent: "a"}, {Agent: "b"}}, PreviousGen: 4, PreviousItems: keys(0, 4), Owned: owned("t/00", "t/01")}},
-			{id: "m-b", meta: memberMeta{Agent: "b", Previous: []MemberLoad{{Agent: "a"}, {Agent: "b"}}, PreviousGen: 4, PreviousItems: keys(0, 4), Owned: owned("t/02", "t/03")}},
+			{id: "m-a", meta: memberMeta{Agent: "a", Process: "pa", Previous: []MemberLoad{{Agent: "a"}, {Agent: "b"}}, PreviousGen: 4, PreviousHistory: hist("a", "pa", 0, 1, "b", "pb", 2, 3), PreviousComplete: true, Owned: owned("t/00", "t/01")}},
+			{id: "m-b", meta: memberMeta{Agent: "b", Process: "pb", Previous: []MemberLoad{{Agent: "a"}, {Agent: "b"}}, PreviousGen: 4, PreviousHistory: hist("a", "pa", 0, 1, "b", "pb", 2, 3), PreviousComplete: true, Owned: owned("t/02", "t/03")}},
 		},
 		want: map[string][]string{"m-a": {"t/00", "t/01", "t/04"}, "m-b": {"t/02", "t/03", "t/05"}},
-		news: map[string][]string{"m-a": {"t/04"}, "m-b": {"t/05"}},
 	}, {
-		name:  "an item of the previous generation whose owner is gone stays an orphan beside a new one",
+		name:  "an orphan whose last owner is gone from the group: written at once",
 		items: items(4),
 		gen:   5,
 		members: []joined{
-			{id: "m-a", meta: memberMeta{Agent: "a", Previous: []MemberLoad{{Agent: "a"}, {Agent: "c"}}, PreviousGen: 4, PreviousItems: keys(0, 3), Owned: owned("t/00", "t/01")}},
-			{id: "m-b", meta: memberMeta{Agent: "b"}},
+			{id: "m-a", meta: memberMeta{Agent: "a", Process: "pa", Previous: []MemberLoad{{Agent: "a"}, {Agent: "c"}}, PreviousGen: 4, PreviousHistory: hist("a", "pa", 0, 1, "c", "pc", 2, 3), PreviousComplete: true, Owned: owned("t/00", "t/01")}},
+			{id: "m-b", meta: memberMeta{Agent: "b", Process: "pb"}},
 		},
-		want:    map[string][]string{"m-a": {"t/00", "t/01"}, "m-b": {"t/02", "t/03"}},
-		orphans: map[string][]string{"m-b": {"t/02"}},
-		news:    map[string][]string{"m-b": {"t/03"}},
+		want: map[string][]string{"m-a": {"t/00", "t/01"}, "m-b": {"t/02", "t/03"}},
 	}, {
-		name:  "a generation between that nobody here was assigned in: nothing is known new",
+		name:  "an orphan whose last owner's agent is here as another process: waited out",
+		items: items(4),
+		gen:   5,
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Process: "pa", Previous: []MemberLoad{{Agent: "a"}, {Agent: "c"}}, PreviousGen: 4, PreviousHistory: hist("a", "pa", 0, 1, "c", "pc", 2, 3), PreviousComplete: true, Owned: owned("t/00", "t/01")}},
+			{id: "m-c", meta: memberMeta{Agent: "c", Process: "pc2"}},
+		},
+		want:    map[string][]string{"m-a": {"t/00", "t/01"}, "m-c": {"t/02", "t/03"}},
+		orphans: map[string][]string{"m-c": {"t/02", "t/03"}},
+	}, {
+		name:  "a history that lost items (not complete): an item not in it is waited out",
 		items: items(3),
 		gen:   6,
 		members: []joined{
-			{id: "m-a", meta: memberMeta{Agent: "a", Previous: []MemberLoad{{Agent: "a"}}, PreviousGen: 4, PreviousItems: keys(0, 1), Owned: owned("t/00")}},
-			{id: "m-b", meta: memberMeta{Agent: "b"}},
+			{id: "m-a", meta: memberMeta{Agent: "a", Process: "pa", Previous: []MemberLoad{{Agent: "a"}}, PreviousGen: 5, PreviousHistory: hist("a", "pa", 0), Owned: owned("t/00")}},
+			{id: "m-b", meta: memberMeta{Agent: "b", Process: "pb"}},
 		},
 		want:    map[string][]string{"m-a": {"t/00", "t/02"}, "m-b": {"t/01"}},
 		orphans: map[string][]string{"m-a": {"t/02"}, "m-b": {"t/01"}},
+	}, {
+		name:  "a generation between that nobody here was assigned in, and a member new since: every orphan is waited out",
+		items: items(3),
+		gen:   6,
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Process: "pa", Previous: []MemberLoad{{Agent: "a", Process: "pa"}}, PreviousGen: 4, PreviousHistory: hist("a", "pa", 0), PreviousComplete: true, Owned: owned("t/00")}},
+			{id: "m-b", meta: memberMeta{Agent: "b", Process: "pb"}},
+		},
+		want:    map[string][]string{"m-a": {"t/00", "t/02"}, "m-b": {"t/01"}},
+		orphans: map[string][]string{"m-a": {"t/02"}, "m-b": {"t/01"}},
+	}, {
+		name:  "a generation between that nobody here was assigned in, every member here was in the last one known: its history holds",
+		items: items(3),
+		gen:   6,
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Process: "pa", Previous: []MemberLoad{{Agent: "a", Process: "pa"}, {Agent: "b", Process: "pb"}}, PreviousGen: 4, PreviousHistory: hist("a", "pa", 0, "c", "pc", 1), PreviousComplete: true, Owned: owned("t/00")}},
+			{id: "m-b", meta: memberMeta{Agent: "b", Process: "pb", Previous: []MemberLoad{{Agent: "a", Process: "pa"}, {Agent: "b", Process: "pb"}}, PreviousGen: 3}},
+		},
+		want: map[string][]string{"m-a": {"t/00", "t/02"}, "m-b": {"t/01"}},
+	}, {
+		name:  "a new group's first generation: nothing was ever owned, nobody waits",
+		items: items(2),
+		gen:   1,
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Process: "pa"}},
+		},
+		want: map[string][]string{"m-a": {"t/00", "t/01"}},
 	}, {
 		name:  "revoked items are moving: told to every member, so the next generation knows them",
 		items: items(4),
@@ -215,31 +264,11 @@ func TestAssign(t *testing.T) {
 				if !slices.Equal(a.Orphans, tc.orphans[m.id]) {
 					t.Errorf("member %s: orphans %v, want %v", m.id, a.Orphans, tc.orphans[m.id])
 				}
-				if !slices.Equal(a.New, tc.news[m.id]) {
-					t.Errorf("member %s: new %v, want %v", m.id, a.New, tc.news[m.id])
-				}
-				// Every item of the generation is owned or moving: the
-				// next generation tells new ones from these.
-				var all []string
-				for k := range a.Owners {
-					all = append(all, k)
-				}
-				all = append(all, a.Moving...)
-				slices.Sort(all)
-				var wantAll []string
-				for _, it := range tc.items {
-					wantAll = append(wantAll, it.Key)
-				}
-				for _, jm := range tc.members {
-					for _, it := range jm.meta.Owned {
-						if !slices.Contains(wantAll, it.Key) {
-							wantAll = append(wantAll, it.Key)
-						}
+				// The history names the owner of every item owned now.
+				for _, k := range a.Items {
+					if a.History[k].Agent != m.meta.Agent || a.History[k].Process != m.meta.Process {
+						t.Errorf("member %s: history of %s is %+v, want its owner", m.id, k, a.History[k])
 					}
-				}
-				slices.Sort(wantAll)
-				if !slices.Equal(all, wantAll) {
-					t.Errorf("member %s: owned and moving %v, want every item %v", m.id, all, wantAll)
 				}
 				if a.Rejoin != tc.rejoin {
 					t.Errorf("member %s: rejoin %v, want %v", m.id, a.Rejoin, tc.rejoin)
@@ -258,56 +287,19 @@ func TestAssign(t *testing.T) {
 	}
 }
 
-func TestReplacedSince(t *testing.T) {
-	prev := []MemberLoad{{Agent: "a", Process: "p1"}, {Agent: "b", Process: "p2"}, {Agent: "c", Process: "p3"}}
-	for _, tc := range []struct {
-		name    string
-		members []joined
-		want    bool
-	}{{
-		name:    "nobody knows the previous generation",
-		members: []joined{{id: "1", meta: memberMeta{Agent: "a", Process: "p1"}}},
-		want:    true,
-	}, {
-		name: "every previous member is here as the same process, or gone",
-		members: []joined{
-			{id: "1", meta: memberMeta{Agent: "a", Process: "p1", Previous: prev, PreviousGen: 4}},
-			{id: "2", meta: memberMeta{Agent: "b", Process: "p2", Previous: prev, PreviousGen: 4}},
-		},
-	}, {
-		name: "a previous member is here as another process",
-		members: []joined{
-			{id: "1", meta: memberMeta{Agent: "a", Process: "p9"}},
-			{id: "2", meta: memberMeta{Agent: "b", Process: "p2", Previous: prev, PreviousGen: 4}},
-		},
-		want: true,
-	}, {
-		name: "the newest previous generation counts",
-		members: []joined{
-			{id: "1", meta: memberMeta{Agent: "a", Process: "p9", Previous: []MemberLoad{{Agent: "a", Process: "p9"}}, PreviousGen: 5}},
-			{id: "2", meta: memberMeta{Agent: "b", Process: "p2", Previous: prev, PreviousGen: 4}},
-		},
-	}} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := replacedSince(tc.members); got != tc.want {
-				t.Errorf("replacedSince: %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
-
 // TestAssignWaiting: an item a member lost while waiting out an earlier
 // owner keeps its long wait with its next owner, and only there.
 func TestAssignWaiting(t *testing.T) {
 	prev := []MemberLoad{{Agent: "a", Process: "p1"}, {Agent: "b", Process: "p2"}}
+	h := hist("a", "p1", 0, "b", "p2", 1, "c", "p3", 2, 3)
 	got := assign(items(4), []joined{
-		{id: "m-a", meta: memberMeta{Agent: "a", Process: "p1", Previous: prev, PreviousGen: 3, PreviousItems: keys(0, 4), Owned: owned("t/00"), Waiting: []string{"t/02"}}},
-		{id: "m-b", meta: memberMeta{Agent: "b", Process: "p2", Previous: prev, PreviousGen: 3, PreviousItems: keys(0, 4), Owned: owned("t/01")}},
+		{id: "m-a", meta: memberMeta{Agent: "a", Process: "p1", Previous: prev, PreviousGen: 3, PreviousHistory: h, PreviousComplete: true, Owned: owned("t/00"), Waiting: []string{"t/02"}}},
+		{id: "m-b", meta: memberMeta{Agent: "b", Process: "p2", Previous: prev, PreviousGen: 3, PreviousHistory: h, PreviousComplete: true, Owned: owned("t/01")}},
 	}, 4)
 	for id, a := range got {
-		long := slices.Contains(a.Orphans, "t/02")
-		if a.Replaced != long {
-			t.Errorf("member %s: orphans %v, replaced %v; want the long wait exactly where t/02 goes", id, a.Orphans, a.Replaced)
+		// t/03's last owner c is gone: no wait; t/02 was lost waiting.
+		if slices.Contains(a.Items, "t/02") != slices.Contains(a.Orphans, "t/02") || slices.Contains(a.Orphans, "t/03") {
+			t.Errorf("member %s: items %v, orphans %v; want the wait exactly where t/02 goes", id, a.Items, a.Orphans)
 		}
 	}
 }

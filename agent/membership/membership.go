@@ -28,7 +28,7 @@
 // so every write it sent has landed, or never will, once the coordinator
 // may have removed it.
 //
-// An item comes to a member in one of three ways:
+// An item moves in one of two ways:
 //
 //   - Handed on (a join, a rebalance): the leader takes it from its owner
 //     and gives it to nobody in that generation. The owner stops writing
@@ -43,18 +43,22 @@
 //     within the rebalance timeout (at least the session timeout, counted
 //     from before its last answer that counts: the same holds), or when it
 //     leaves (Close: after every write of it returned). So the new owner of
-//     an orphan writes at once. Not so for a static member's new process:
-//     the coordinator removes its old one at once when it joins with the
-//     same id, while the old process may still be inside its session. Its
-//     items' next owner waits the session timeout (the old process stops
-//     writing WriteGrace before its end, and its last writes land by then)
-//     when some member of the previous generation is now another process of
-//     its agent id (assignment's Replaced), or when the assignment was
-//     not made from this process's own join (the coordinator may answer a
+//     an orphan whose last owner is gone from the group writes at once.
+//     Not so when a static member's new process took the last owner's
+//     place: the coordinator removes the old process at once when the new
+//     one joins with its id, while the old one may still be inside its
+//     session. Then the next owner waits the session timeout (the old
+//     process stops writing WriteGrace before its end, and its last writes
+//     land by then). The leader knows each item's last owning process from
+//     the group's history, which every assignment carries and every member
+//     tells back at its next join; where the history is lost (no member of
+//     the previous generation is here), every orphan is waited out. An
+//     item nobody ever owned (the history is complete, from the group's
+//     first generation on, and does not have it: a new mirror) is written
+//     at once. And a member waits out its whole assignment when it was not
+//     made from this process's own join: the coordinator may answer a
 //     static member's new process with its old process's assignment,
-//     without a rebalance: items that process never released).
-//   - New (no item of the previous generation): nobody ever wrote it; its
-//     first owner writes at once.
+//     without a rebalance.
 //
 // A member that got an item as an orphan and loses or leaves it before that
 // wait ended would hand it on as released, or as an orphan of a member that
@@ -176,7 +180,9 @@ type Member struct {
 	items    map[string]Grant
 	members  []MemberLoad
 	owners   map[string]string
-	known    []string // the items of generation membersGen (PreviousItems)
+	// history and complete are generation membersGen's (assignment).
+	history  map[string]Process
+	complete bool
 	// knownWeights are the weights generation membersGen used.
 	knownWeights map[string]int64
 	// membersGen is the generation of members.
@@ -441,7 +447,7 @@ var errRejoin = errors.New("rejoin")
 // joinAndSync runs one JoinGroup and SyncGroup.
 func (m *Member) joinAndSync(ctx context.Context) error {
 	m.mu.Lock()
-	meta := memberMeta{Version: 1, Agent: m.cfg.AgentID, Process: m.process, API: m.cfg.API, Previous: m.members, PreviousGen: m.membersGen, PreviousItems: m.known, PreviousWeights: m.knownWeights}
+	meta := memberMeta{Version: 1, Agent: m.cfg.AgentID, Process: m.process, API: m.cfg.API, Previous: m.members, PreviousGen: m.membersGen, PreviousHistory: m.history, PreviousComplete: m.complete, PreviousWeights: m.knownWeights}
 	now := time.Now()
 	for k, at := range m.released {
 		if at.After(now) {
@@ -570,12 +576,9 @@ func (m *Member) apply(a assignment, sent time.Time, gen int32) {
 	m.aliveLocked(sent)
 	m.lost = nil
 	now := time.Now()
-	orphan, isNew := map[string]bool{}, map[string]bool{}
+	orphan := map[string]bool{}
 	for _, k := range a.Orphans {
 		orphan[k] = true
-	}
-	for _, k := range a.New {
-		isNew[k] = true
 	}
 	// An assignment the leader made from this process's own join. A
 	// static member's new process may instead be handed its previous
@@ -591,17 +594,12 @@ func (m *Member) apply(a assignment, sent time.Time, gen int32) {
 		}
 		g := Grant{Since: now, WritableAt: now}
 		switch {
-		case forMe && isNew[k]:
-			// Nobody had it in the previous generation: nobody wrote it.
-		case !forMe || (orphan[k] && a.Replaced):
-			// Its last owner may be a process replaced by a new one of
-			// its agent id, still inside its session: it stops writing
-			// WriteGrace before its end, and its writes land by then.
+		case !forMe || orphan[k]:
+			// Its last owner may still be inside its session (a
+			// process replaced by a new one of its agent id, or not
+			// known): it stops writing WriteGrace before its end, and
+			// its writes land by then.
 			g.WritableAt = now.Add(m.cfg.SessionTimeout)
-		case orphan[k]:
-			// Its last owner was removed when its session ran out (it
-			// stopped writing WriteGrace before), or left after its
-			// writes returned.
 		}
 		next[k] = g
 	}
@@ -616,10 +614,9 @@ func (m *Member) apply(a assignment, sent time.Time, gen int32) {
 		}
 	}
 	m.items, m.members, m.membersGen, m.owners = next, a.Members, gen, a.Owners
-	m.known, m.knownWeights = append(slices.Collect(maps.Keys(a.Owners)), a.Moving...), a.Weights
-	slices.Sort(m.known)
+	m.history, m.complete, m.knownWeights = a.History, a.Complete, a.Weights
 	m.log.Info("group assignment", "group", m.cfg.Group, "generation", gen, "items", len(next), "orphans", len(a.Orphans), "members", len(a.Members), "rejoin", a.Rejoin)
-	m.log.Debug("group assignment items", "generation", gen, "items", a.Items, "orphans", a.Orphans, "new", a.New, "moving", a.Moving, "replaced", a.Replaced, "for_me", forMe)
+	m.log.Debug("group assignment items", "generation", gen, "items", a.Items, "orphans", a.Orphans, "history_complete", a.Complete, "for_me", forMe)
 	// With a.Rejoin, the member that lost items rejoins once its caller
 	// says they are Released; the others rejoin when the coordinator
 	// asks (REBALANCE_IN_PROGRESS).
