@@ -48,14 +48,10 @@ func testAgentGroup(t *testing.T, e engine) {
 	}
 	stopProducing := runProducers(ctx, t, p.src, specs, 200, 50)
 
-	const session = 6 * time.Second
+	const session = groupSession
 	agents := map[string]*agentProcess{}
 	start := func(id string) *agentProcess {
-		extra := fmt.Sprintf("agent_id = %q\ncoordination = \"group\"\ngroup_session_timeout = %q\n", id, session)
-		if p.stateTopic != "" {
-			extra += fmt.Sprintf("state_topic = %q\n", p.stateTopic)
-		}
-		a := startAgentProcess(t, writeAgentConfigWith(t, p.dst, extra, ms...), id)
+		a := startAgentProcess(t, writeAgentConfigWith(t, p.dst, p.stateTopicHCL()+groupHCL(id), ms...), id)
 		agents[id] = a
 		return a
 	}
@@ -307,14 +303,10 @@ func testAgentGroupAndLeaseDoNotMix(t *testing.T, e engine) {
 		specs = append(specs, spec)
 		ms = append(ms, agentMirror{Name: fmt.Sprintf("mix%d", i), Source: p.src, Topics: []string{topic}})
 	}
-	// The pair's own state topic where the destination is shared.
-	var state string
-	if p.stateTopic != "" {
-		state = fmt.Sprintf("state_topic = %q\n", p.stateTopic)
-	}
+	state := p.stateTopicHCL()
 	leaseCfg := writeAgentConfigWith(t, p.dst, state+fmt.Sprintf("agent_id = \"l\"\nlease_duration = %q\nlease_request_timeout = %q\n", e2eLease, e2eLeaseTimeout), ms...)
 	groupCfg := func(id string) agentSetup {
-		return writeAgentConfigWith(t, p.dst, state+fmt.Sprintf("agent_id = %q\ncoordination = \"group\"\ngroup_session_timeout = \"6s\"\n", id), ms...)
+		return writeAgentConfigWith(t, p.dst, state+groupHCL(id), ms...)
 	}
 	refused := func(setup agentSetup, want string) {
 		t.Helper()
@@ -393,6 +385,24 @@ func testAgentGroupAndLeaseDoNotMix(t *testing.T, e engine) {
 	}
 }
 
+// groupSession is the group agents' session in these tests: the least a
+// broker accepts by default (group.min.session.timeout.ms).
+const groupSession = 6 * time.Second
+
+// groupHCL is the config of group agent id (HCL lines).
+func groupHCL(id string) string {
+	return fmt.Sprintf("agent_id = %q\ncoordination = \"group\"\ngroup_session_timeout = %q\n", id, groupSession)
+}
+
+// stateTopicHCL names the pair's own state topic where its destination is
+// shared with other tests (HCL lines; none otherwise).
+func (p *pair) stateTopicHCL() string {
+	if p.stateTopic == "" {
+		return ""
+	}
+	return fmt.Sprintf("state_topic = %q\n", p.stateTopic)
+}
+
 // lastLine is the last non-empty line of s.
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
@@ -415,12 +425,8 @@ func testAgentGroupLoneRestart(t *testing.T, e engine) {
 	createTopic(t, p.srcCl, topic, 2, nil)
 	spec := workload.Spec{Topic: topic, Partitions: 2, Seed: 21, Codecs: []string{workload.CodecZstd}, Headers: true}
 	stopProducing := runProducers(ctx, t, p.src, []workload.Spec{spec}, 200, 50)
-	const session = 6 * time.Second
-	extra := fmt.Sprintf("agent_id = \"lone\"\ncoordination = \"group\"\ngroup_session_timeout = %q\n", session)
-	if p.stateTopic != "" {
-		extra += fmt.Sprintf("state_topic = %q\n", p.stateTopic)
-	}
-	setup := writeAgentConfigWith(t, p.dst, extra, agentMirror{Name: "lone", Source: p.src, Topics: []string{topic}})
+	const session = groupSession
+	setup := writeAgentConfigWith(t, p.dst, p.stateTopicHCL()+groupHCL("lone"), agentMirror{Name: "lone", Source: p.src, Topics: []string{topic}})
 	// writing waits until the agent runs its mirror and the destination
 	// grows past from.
 	writing := func(a *agentProcess, from int64) {
