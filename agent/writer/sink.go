@@ -371,14 +371,21 @@ func (s *sink) send(r *request) {
 	if err := s.w.Allowed(context.Background()); err != nil {
 		answer = failedCall(nil, err)
 	} else {
-		// Items of one mirror share its gate: each is asked once.
-		asked := map[*writegate.Gate]error{}
+		// Items of one mirror share its gate: each is asked once. Without
+		// gates (the writer lease), nothing is asked or allocated.
+		var asked map[*writegate.Gate]error
 		send := r.items
 		for i, p := range r.items {
-			err, ok := asked[p.gate]
-			if !ok {
-				err = p.gate.Check()
-				asked[p.gate] = err
+			var err error
+			if p.gate != nil {
+				var ok bool
+				if err, ok = asked[p.gate]; !ok {
+					err = p.gate.Check()
+					if asked == nil {
+						asked = map[*writegate.Gate]error{}
+					}
+					asked[p.gate] = err
+				}
 			}
 			switch {
 			case err != nil && r.refused == nil:
