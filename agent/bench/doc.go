@@ -31,7 +31,8 @@
 //     the embedded engine: loopback, a 50 ms round trip with the agent next
 //     to either cluster (internal/netshape), a transactional source written
 //     by the Java producer and its plain twin, a compacted source with 50%
-//     holes; MB/s, CPU-seconds per GB and peak RSS of each, as ratios.
+//     holes; MB/s, CPU-seconds per GB and peak RSS of each, and the
+//     destination brokers' CPU-seconds per GB, as ratios.
 //   - BenchmarkAgents: 1, 2 and 3 `kmirror agent` processes with
 //     coordination = "group", each GOMAXPROCS=1, copying six sources (one
 //     mirror each, 2400 MB of 1 KiB values) between the same two Kafka
@@ -52,5 +53,6 @@
 // is also set); KMIRROR_BENCH_MB, KMIRROR_BENCH_PEER_MB and
 // KMIRROR_BENCH_PAD change the throughput payload (MB), the payload of
 // BenchmarkMirrorMaker's plain source (MB) and the padding target (offsets
-// per partition); KMIRROR_MM2_VERSION the MirrorMaker release.
+// per partition); KMIRROR_MM2_VERSION the MirrorMaker release;
+// KMIRROR_BENCH_PEERS picks BenchmarkMirrorMaker's scenarios by name.
 package bench

@@ -267,6 +267,26 @@ func procStat(pid int) (stat, error) {
 	return stat{ppid: ppid, cpu: time.Duration(ut+st) * time.Second / hz}, nil
 }
 
+// procsCPU returns the user+system CPU time of the processes pids, as a
+// clock for watch.dstCPU; nil when there are none (the embedded engine
+// runs in this process, whose clock is the contender's own).
+func procsCPU(pids []int) func() (time.Duration, error) {
+	if len(pids) == 0 {
+		return nil
+	}
+	return func() (time.Duration, error) {
+		var total time.Duration
+		for _, p := range pids {
+			st, err := procStat(p)
+			if err != nil {
+				return 0, err
+			}
+			total += st.cpu
+		}
+		return total, nil
+	}
+}
+
 // treeCPU returns the user+system CPU time of process pid and of every
 // process below it (a JVM, a wrapper script's child), read from /proc.
 func treeCPU(pid int) (time.Duration, error) {

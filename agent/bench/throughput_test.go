@@ -33,7 +33,10 @@ type result struct {
 	bytes   float64       // source batch bytes inside the window
 	elapsed time.Duration // the window
 	cpu     time.Duration // process CPU time (user+system) inside the window
-	alloc   uint64        // bytes allocated by the process inside the window
+	// dstCPU is the destination brokers' CPU time inside the window, when
+	// the watch could read it (watch.dstCPU).
+	dstCPU time.Duration
+	alloc  uint64 // bytes allocated by the process inside the window
 }
 
 func (r result) mbps() float64  { return r.bytes / r.elapsed.Seconds() / MB }
@@ -60,6 +63,9 @@ type watch struct {
 	done          <-chan error          // nil, or the contender's end: nil when done, else its error
 	// cpu is the contender's CPU clock; nil is this process's.
 	cpu func() (time.Duration, error)
+	// dstCPU, when not nil, is the destination brokers' CPU clock: the
+	// work a contender's writes cost the cluster.
+	dstCPU func() (time.Duration, error)
 	// every is how often progress is read; 0 is 2 ms. A contender of its
 	// own process answers over the network, and is read less often so
 	// that the reading does not cost it CPU.
@@ -72,12 +78,15 @@ type watch struct {
 
 func (w watch) measure(ctx context.Context) (result, error) {
 	warm := int64(float64(w.total) * warmFraction)
-	every, cpu := w.every, w.cpu
+	every, cpu, dstCPU := w.every, w.cpu, w.dstCPU
 	if every == 0 {
 		every = 2 * time.Millisecond
 	}
 	if cpu == nil {
 		cpu = func() (time.Duration, error) { return cpuTime(), nil }
+	}
+	if dstCPU == nil {
+		dstCPU = func() (time.Duration, error) { return 0, nil }
 	}
 	tick := time.NewTicker(every)
 	defer tick.Stop()
@@ -85,6 +94,7 @@ func (w watch) measure(ctx context.Context) (result, error) {
 		t0, t1     time.Time
 		p0, p1     int64
 		cpu0, cpu1 time.Duration
+		dst0, dst1 time.Duration
 		ms         runtime.MemStats
 		alloc0     uint64
 		done       = w.done
@@ -110,6 +120,9 @@ func (w watch) measure(ctx context.Context) (result, error) {
 			if cpu0, err = cpu(); err != nil {
 				return result{}, fmt.Errorf("%s: reading its CPU time: %w", w.name, err)
 			}
+			if dst0, err = dstCPU(); err != nil {
+				return result{}, fmt.Errorf("%s: reading the destination's CPU time: %w", w.name, err)
+			}
 			t0, p0 = now, n
 			runtime.ReadMemStats(&ms)
 			alloc0 = ms.TotalAlloc
@@ -117,6 +130,9 @@ func (w watch) measure(ctx context.Context) (result, error) {
 		if n >= w.total || (w.limit > 0 && !t0.IsZero() && now.Sub(t0) >= w.limit) {
 			if cpu1, err = cpu(); err != nil {
 				return result{}, fmt.Errorf("%s: reading its CPU time: %w", w.name, err)
+			}
+			if dst1, err = dstCPU(); err != nil {
+				return result{}, fmt.Errorf("%s: reading the destination's CPU time: %w", w.name, err)
 			}
 			t1, p1 = now, min(n, w.total)
 			runtime.ReadMemStats(&ms)
@@ -126,7 +142,7 @@ func (w watch) measure(ctx context.Context) (result, error) {
 			return result{}, fmt.Errorf("%s stopped after %d of %d offsets", w.name, n, w.total)
 		}
 	}
-	r := result{name: w.name, records: p1 - p0, elapsed: t1.Sub(t0), cpu: cpu1 - cpu0, alloc: ms.TotalAlloc - alloc0}
+	r := result{name: w.name, records: p1 - p0, elapsed: t1.Sub(t0), cpu: cpu1 - cpu0, dstCPU: dst1 - dst0, alloc: ms.TotalAlloc - alloc0}
 	r.bytes = float64(w.stored) * float64(r.records) / float64(w.total)
 	return r, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -892,5 +893,39 @@ func TestOrderedConnReopens(t *testing.T) {
 	}
 	if c, _ := f.w.current(lane); c == old || c == nil {
 		t.Error("the lane kept the broken connection")
+	}
+}
+
+// TestLaneOfSpreads: a broker's partitions take its lanes evenly, in the
+// order they first write, keep their lane while the broker leads them, and
+// a partition whose leader moves frees its place on the old broker.
+func TestLaneOfSpreads(t *testing.T) {
+	w := &Writer{lanes: 3, laneOfTP: map[topicPart]laneAt{}, laneUse: map[lane]int{}}
+	var got []int
+	for p := range int32(7) {
+		got = append(got, w.laneOf(1, "t", p).n)
+	}
+	if want := []int{0, 1, 2, 0, 1, 2, 0}; !slices.Equal(got, want) {
+		t.Fatalf("lanes of t/0..6 on broker 1: %v, want %v", got, want)
+	}
+	for p := range int32(7) {
+		if l := w.laneOf(1, "t", p); l.n != got[p] {
+			t.Errorf("t/%d moved from lane %d to %d while broker 1 leads it", p, got[p], l.n)
+		}
+	}
+	// t/1 and t/4, both on lane 1, move to broker 2: lane 1 of broker 1
+	// is then the least used (0, against 3 and 2), and the next new
+	// partition takes it.
+	if l := w.laneOf(2, "t", 1); l != (lane{2, 0}) {
+		t.Errorf("t/1 on broker 2: %v, want lane 0", l)
+	}
+	if l := w.laneOf(2, "t", 4); l != (lane{2, 1}) {
+		t.Errorf("t/4 on broker 2: %v, want lane 1", l)
+	}
+	if l := w.laneOf(1, "u", 0); l != (lane{1, 1}) {
+		t.Errorf("u/0 on broker 1 after lane 1 emptied: %v, want lane 1", l)
+	}
+	if use := w.laneUse[lane{1, 1}]; use != 1 {
+		t.Errorf("lane 1 of broker 1 carries %d partitions, want 1", use)
 	}
 }

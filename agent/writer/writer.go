@@ -6,7 +6,6 @@ package writer
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"sync"
 	"time"
 
@@ -63,13 +62,16 @@ type Writer struct {
 	maxPerPartition int // batches of one partition in requests not yet answered
 
 	lanes int // ordered connections per broker (conn.go)
-	seed  maphash.Seed
 
 	dialMu sync.Mutex // held while an ordered connection opens
 	mu     sync.Mutex
 	sinks  map[lane]*sink
 	conns  map[lane]*orderedConn
-	closed bool
+	// laneOfTP is each partition's lane, laneUse how many partitions each
+	// lane carries (laneOf).
+	laneOfTP map[topicPart]laneAt
+	laneUse  map[lane]int
+	closed   bool
 
 	// gate, when set, is asked right before every request that writes
 	// (SetGate).
@@ -99,7 +101,8 @@ func (w *Writer) Allowed(ctx context.Context) error {
 // New returns a writer using cl, which must have been made with ClientOpts.
 func New(cl *kgo.Client, meta *leaders.Cache) *Writer {
 	w := &Writer{cl: cl, meta: meta, timeout: 30 * time.Second, maxInflight: defaultMaxInflight,
-		maxPerPartition: defaultMaxPerPartition, lanes: defaultLanes, seed: maphash.MakeSeed(), sinks: map[lane]*sink{}, conns: map[lane]*orderedConn{}}
+		maxPerPartition: defaultMaxPerPartition, lanes: defaultLanes, sinks: map[lane]*sink{}, conns: map[lane]*orderedConn{},
+		laneOfTP: map[topicPart]laneAt{}, laneUse: map[lane]int{}}
 	for _, v := range cl.OptValues(kgo.WithHooks) {
 		hs, _ := v.([]kgo.Hook)
 		for _, h := range hs {

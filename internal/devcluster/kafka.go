@@ -905,6 +905,24 @@ func (c *Cluster) node(node int) (*kafkaNode, error) {
 	return c.kafka.nodes[node-1], nil
 }
 
+// BrokerPIDs returns the process id of every running broker, in node
+// order: their CPU time is what a benchmark charges the cluster with. Kafka
+// engine only; nil otherwise.
+func (c *Cluster) BrokerPIDs() []int {
+	if c.kafka == nil {
+		return nil
+	}
+	var pids []int
+	for _, n := range c.kafka.nodes {
+		n.mu.Lock()
+		if n.cmd != nil && n.cmd.Process != nil {
+			pids = append(pids, n.cmd.Process.Pid)
+		}
+		n.mu.Unlock()
+	}
+	return pids
+}
+
 // BrokerLog returns the end of broker node's log (1-based), for a failing
 // test's message. Kafka engine only; "" otherwise.
 func (c *Cluster) BrokerLog(node int) string {
