@@ -43,18 +43,21 @@ type lane struct {
 }
 
 // defaultLanes is the number of ordered connections the writer opens to one
-// broker at most. Fewer lanes coalesce more partitions into each request,
-// which a destination broker pays for per request and per append; more
-// lanes keep one slow partition's acks=all wait (its request holds the
-// connection) from holding up the others. A partition's filler markers
-// wait for their lane to be idle (sink.takeLocked), so the partitions of a
-// lane that write markers go in step: one produce request, then one
-// WriteTxnMarkers request, for all of them. On Kafka 4.4.0 with a
-// compacted source of 50% holes (BenchmarkMirrorMaker), 1, 2, 4 and 16
-// lanes mirrored 18.0, 16.3, 13.0 and 11.4 MB/s, the destination broker
-// using 1.4 cores in each; plain sources did not tell them apart. Two
-// lanes keep most of that and still spread a broker's partitions.
-const defaultLanes = 2
+// broker at most: one, as Kafka's own producer keeps. Fewer lanes coalesce
+// more partitions into each request, which a destination broker pays for
+// per request and per append; more lanes keep one slow partition's acks=all
+// wait (its request holds the connection) from holding up the others. A
+// partition's filler markers wait for their lane to be idle
+// (sink.takeLocked), so the partitions of a lane that write markers go in
+// step: one produce request, then one WriteTxnMarkers request, for all of
+// them. On Kafka 4.4.0 (BenchmarkMirrorMaker, compacted source with 50%
+// holes), one lane mirrored 18.0, 15.7 and 16.1 MB/s with the destination
+// broker busy 1.30–1.36 cores; two lanes 16.3, 12.3 and 15.3 MB/s at
+// 1.39–1.43 cores; four 13.0 and sixteen 11.4. A transactional source
+// and plain ones did not tell them apart, nor did a destination that takes
+// 5 ms per produce (BenchmarkSlowDestination: 83.3 MB/s with one lane,
+// 88.8 with two, 88.0 with four).
+const defaultLanes = 1
 
 // laneAt is the lane a partition was given on its leader.
 type laneAt struct {
