@@ -191,15 +191,9 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 	// every item not kept (claimed twice, or nobody's) went to the least
 	// loaded.
 	kept := slices.Clone(load)
-	keptBy := map[string]bool{}
-	for i := range members {
-		for _, k := range mine[i] {
-			keptBy[k] = true
-		}
-	}
 	var rest []int64
 	for k, w := range weights {
-		if !keptBy[k] {
+		if !placed[k] {
 			rest = append(rest, w)
 		}
 	}
@@ -246,7 +240,7 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 	slices.SortFunc(free, func(a, b string) int {
 		return cmp.Or(-cmp.Compare(weights[a], weights[b]), cmp.Compare(a, b))
 	})
-	hist, complete, known := previousHistory(members, gen)
+	hist, complete := previousHistory(members, gen)
 	here := map[string]string{} // agent → its process in this generation
 	for _, m := range members {
 		here[m.meta.Agent] = m.meta.Process
@@ -261,7 +255,7 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 		}
 		load[i] += weights[k]
 		mine[i] = append(mine[i], k)
-		if !released[k] && mustWait(k, hist, complete, known, here, waiting) {
+		if !released[k] && mustWait(k, hist, complete, here, waiting) {
 			orphans[i] = append(orphans[i], k)
 		}
 	}
@@ -292,7 +286,6 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 			next[k] = Process{Agent: m.meta.Agent, Process: m.meta.Process}
 		}
 	}
-	complete = known && complete
 	measured := map[string]int64{}
 	for k, w := range weights {
 		if w > 1 {
@@ -315,8 +308,8 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 // A last owner whose agent is here as another process was fenced out by
 // that process's join while maybe inside its session; one lost by a member
 // still waiting out an earlier owner (waiting) is waited out as long.
-func mustWait(k string, hist map[string]Process, complete, known bool, here map[string]string, waiting map[string]bool) bool {
-	if waiting[k] || !known {
+func mustWait(k string, hist map[string]Process, complete bool, here map[string]string, waiting map[string]bool) bool {
+	if waiting[k] {
 		return true
 	}
 	last, ok := hist[k]
@@ -341,15 +334,15 @@ func previousWeights(members []joined) map[string]int64 {
 }
 
 // previousHistory is the group's history as the member here assigned most
-// recently tells it (generation g); known is false when no member here
-// was. A history older than gen-1 holds nothing of the generations between,
+// recently tells it (generation g); when it is not known (no member here
+// was), it is empty and not complete, so that every orphan is waited out. A history older than gen-1 holds nothing of the generations between,
 // where an item may have been owned by a process that has since been
 // replaced by another of its agent id: it is known only when every member
 // here was a member of g, as the same process (those of the generations
 // between that are not here were removed, or left, and stopped writing
 // before). A new group's first generation knows its history: nobody ever
 // owned anything.
-func previousHistory(members []joined, gen int32) (hist map[string]Process, complete, known bool) {
+func previousHistory(members []joined, gen int32) (hist map[string]Process, complete bool) {
 	var newest *memberMeta
 	for i := range members {
 		m := &members[i].meta
@@ -358,19 +351,16 @@ func previousHistory(members []joined, gen int32) (hist map[string]Process, comp
 		}
 	}
 	if newest == nil {
-		if gen == 1 {
-			return nil, true, true
-		}
-		return nil, false, false
+		return nil, gen == 1
 	}
 	if newest.PreviousGen != gen-1 {
 		for _, m := range members {
 			if !slices.ContainsFunc(newest.Previous, func(l MemberLoad) bool {
 				return l.Agent == m.meta.Agent && l.Process == m.meta.Process
 			}) {
-				return nil, false, false
+				return nil, false
 			}
 		}
 	}
-	return newest.PreviousHistory, newest.PreviousComplete, true
+	return newest.PreviousHistory, newest.PreviousComplete
 }

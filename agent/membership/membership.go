@@ -593,8 +593,7 @@ func (m *Member) apply(a assignment, sent time.Time, gen int32) {
 			continue
 		}
 		g := Grant{Since: now, WritableAt: now}
-		switch {
-		case !forMe || orphan[k]:
+		if !forMe || orphan[k] {
 			// Its last owner may still be inside its session (a
 			// process replaced by a new one of its agent id, or not
 			// known): it stops writing WriteGrace before its end, and

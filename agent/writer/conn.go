@@ -69,9 +69,17 @@ type laneAt struct {
 // while node has led it, else the least used lane of node. Lanes open
 // lazily, so a broker leading k partitions gets min(k, lanes) connections.
 func (w *Writer) laneOf(node int32, topic string, partition int32) lane {
-	tp := topicPart{topic, partition}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.laneOfLocked(node, topicPart{topic, partition})
+}
+
+// laneOfLocked is laneOf with w.mu held. With one lane per broker (the
+// default) it is the broker's, and nothing is kept per partition.
+func (w *Writer) laneOfLocked(node int32, tp topicPart) lane {
+	if w.lanes == 1 {
+		return lane{node, 0}
+	}
 	if at, ok := w.laneOfTP[tp]; ok {
 		if at.node == node {
 			return lane(at)

@@ -147,9 +147,9 @@ var ErrNotSent = errors.New("not sent: an earlier write to the partition failed"
 
 // sink returns the sink of a partition led by node, making it on first use.
 func (w *Writer) sink(node int32, tp topicPart) *sink {
-	l := w.laneOf(node, tp.topic, tp.partition)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	l := w.laneOfLocked(node, tp)
 	s := w.sinks[l]
 	if s == nil {
 		s = &sink{w: w, lane: l, busy: map[topicPart]int{}, queued: map[topicPart]int{},
