@@ -723,9 +723,12 @@ func testMetaSyncConfigs(t *testing.T, e engine) {
 	if got["min.insync.replicas"] != "1" || got["compression.type"] != "producer" {
 		t.Errorf("destination min.insync.replicas %q (want its own 1), compression.type %q (want the invariant's producer)", got["min.insync.replicas"], got["compression.type"])
 	}
-	if s := a.syncStatus()[metasync.KindConfigs]; s.LastError != "" || s.Items != 1 || len(s.Drift) != 0 {
-		t.Errorf("configs sync status %+v, want 1 topic in sync, no error, no drift", s)
-	}
+	// A pass records its status after it wrote the configs seen above:
+	// wait for the pass to end.
+	waitFor(t, a, "configs sync status: 1 topic in sync, no error, no drift", failWait, func() (bool, string) {
+		s := a.syncStatus()[metasync.KindConfigs]
+		return s.LastError == "" && s.Items == 1 && len(s.Drift) == 0, fmt.Sprintf("%+v", s)
+	})
 
 	// Drift: the destination changes a synced key and sets one the source
 	// does not have.
