@@ -25,6 +25,22 @@ func (b *Budget) Available() (int64, <-chan struct{}) {
 	return b.limit - b.used, b.freed
 }
 
+// Reserve takes up to want of the bytes still available, if at least least
+// are, and returns what it took: 0 when fewer than least are available. A
+// fetch reserves its MaxBytes before it is sent and releases them once its
+// chunks are taken, so that loops fetching at once (several per broker, of
+// several mirrors) never ask for more than the limit between them.
+func (b *Budget) Reserve(want, least int64) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := min(want, b.limit-b.used)
+	if n < least || n <= 0 {
+		return 0
+	}
+	b.used += n
+	return n
+}
+
 // Take records n fetched bytes. It may overshoot the limit by what one fetch
 // response returns beyond the request's MaxBytes (Kafka returns at least one
 // whole batch).

@@ -1,7 +1,18 @@
-// Package fetcher reads raw record batches from a source cluster: one fetch
-// loop per source broker for all the partitions it leads, with incremental
-// fetch sessions (KIP-227), following leader changes without losing position
-// and holding no more fetched bytes than a shared Budget allows.
+// Package fetcher reads raw record batches from a source cluster: fetch
+// loops per source broker for the partitions it leads (one per client the
+// fetcher is given, each on its own connection, the partitions spread over
+// them), with incremental fetch sessions (KIP-227), following leader changes
+// without losing position and holding no more fetched bytes than a shared
+// Budget allows.
+//
+// A loop keeps one fetch in flight, so one loop moves at most a response per
+// round trip, and a response crosses a wide-area link no faster than its
+// connection's window allows (a TCP window per round trip). More than one
+// connection per broker keeps the link busy while one response is on the
+// wire and the next request is on its way, as Kafka's replica fetchers do
+// with num.replica.fetchers. The loops of a broker do not share a
+// connection: Kafka answers a connection's requests one at a time, so a
+// loop's long poll would hold up the other's fetch behind it.
 //
 // Batches are delivered as Kafka returned them (still compressed); the
 // fetcher only reads batch headers to know where the next fetch starts.
@@ -88,7 +99,11 @@ type Options struct {
 	// Counters, when set, counts this fetcher's requests, errors, bytes
 	// and failing broker loops (a mirror's figures).
 	Counters *Counters
-	Logger   hclog.Logger
+	// Connections are more clients of the same source cluster: each
+	// gives every broker one more fetch loop on a connection of its own,
+	// and the partitions a broker leads are spread over its loops.
+	Connections []*kgo.Client
+	Logger      hclog.Logger
 }
 
 // growMaxBytes is how far a partition's share of a fetch grows while its
@@ -161,17 +176,26 @@ type part struct {
 	// throttle's chunk, doubled while the next batch does not fit.
 	throttledMax   int32
 	throttledChunk int32 // the chunk throttledMax started from
+	// stream is the loop of its leader that fetches it (an index into
+	// Fetcher.clients), chosen when the leader is.
+	stream int
+}
+
+// loopKey names a fetch loop: a broker and one of its streams.
+type loopKey struct {
+	broker int32
+	stream int
 }
 
 // Fetcher fetches for a set of partitions of one source cluster.
 type Fetcher struct {
-	cl   *kgo.Client
-	meta *leaders.Cache
-	opts Options
+	clients []*kgo.Client // one per stream: the first is New's
+	meta    *leaders.Cache
+	opts    Options
 
 	mu    sync.Mutex
 	parts map[TP]*part
-	loops map[int32]context.CancelFunc
+	loops map[loopKey]context.CancelFunc
 	wake  chan struct{} // closed and replaced when there may be new work
 	// failing: brokers whose last fetch failed, counted in
 	// Counters.Failing until a fetch there succeeds or nothing is
@@ -208,7 +232,27 @@ func (f *Fetcher) setFailingLocked(broker int32, v bool) {
 // meta (leaders of that cluster).
 func New(cl *kgo.Client, meta *leaders.Cache, opts Options) *Fetcher {
 	opts.defaults()
-	return &Fetcher{cl: cl, meta: meta, opts: opts, parts: map[TP]*part{}, loops: map[int32]context.CancelFunc{}, wake: make(chan struct{}), failing: map[int32]bool{}}
+	clients := append([]*kgo.Client{cl}, opts.Connections...)
+	return &Fetcher{clients: clients, meta: meta, opts: opts, parts: map[TP]*part{}, loops: map[loopKey]context.CancelFunc{}, wake: make(chan struct{}), failing: map[int32]bool{}}
+}
+
+// setLeaderLocked records p's leader and gives p the stream of that leader
+// with the fewest partitions, so that a broker's partitions spread evenly
+// over its connections (a hash put half of six on one).
+func (f *Fetcher) setLeaderLocked(p *part, leader, epoch int32) {
+	p.leader, p.epoch = leader, epoch
+	use := make([]int, len(f.clients))
+	for _, o := range f.parts {
+		if o != p && o.leader == leader {
+			use[o.stream]++
+		}
+	}
+	p.stream = 0
+	for s := range use {
+		if use[s] < use[p.stream] {
+			p.stream = s
+		}
+	}
 }
 
 func (f *Fetcher) wakeLocked() {
@@ -306,10 +350,12 @@ func (f *Fetcher) Run(ctx context.Context) error {
 		f.mu.Lock()
 		wake := f.wake
 		need := map[int32]bool{}
+		loops := map[loopKey]bool{}
 		unresolved := false
 		for _, p := range f.parts {
 			if p.leader >= 0 {
 				need[p.leader] = true
+				loops[loopKey{p.leader, p.stream}] = true
 			} else {
 				unresolved = true
 			}
@@ -323,11 +369,11 @@ func (f *Fetcher) Run(ctx context.Context) error {
 				f.setFailingLocked(id, false)
 			}
 		}
-		for id := range need {
-			if _, ok := f.loops[id]; !ok {
+		for key := range loops {
+			if _, ok := f.loops[key]; !ok {
 				lctx, cancel := context.WithCancel(ctx)
-				f.loops[id] = cancel
-				go f.brokerLoop(lctx, id)
+				f.loops[key] = cancel
+				go f.brokerLoop(lctx, key)
 			}
 		}
 		f.mu.Unlock()
@@ -358,7 +404,7 @@ func (f *Fetcher) resolveLeaders(ctx context.Context) {
 		}
 		f.mu.Lock()
 		if p, ok := f.parts[tp]; ok && p.leader < 0 {
-			p.leader, p.epoch = l.Leader, l.Epoch
+			f.setLeaderLocked(p, l.Leader, l.Epoch)
 			f.wakeLocked()
 		}
 		f.mu.Unlock()
@@ -370,6 +416,25 @@ type session struct {
 	id    int32
 	epoch int32
 	sent  map[TP]sentPart // what the broker's session holds
+	// want is the loop's next reservation of the Budget (see
+	// growReservation); a new session keeps it.
+	want int64
+}
+
+// growReservation sets the loop's next reservation from what its last fetch
+// returned: doubled, up to MaxBytes, when that came back at least 3/4 full;
+// halved, down to PartitionMaxBytes, when under a quarter. A fetch reserves
+// its MaxBytes until answered, including a long poll of partitions that have
+// nothing new, so a loop reserving MaxBytes when idle would keep the
+// Budget from the loops that have data (an agent of many mirrors and
+// brokers, each with its loops): idle loops hold a partition share each.
+func (s *session) growReservation(o *Options, reserved, returned int64) {
+	switch {
+	case returned >= reserved*3/4:
+		s.want = min(s.want*2, int64(o.MaxBytes))
+	case returned < reserved/4:
+		s.want = max(s.want/2, int64(o.PartitionMaxBytes))
+	}
 }
 
 type sentPart struct {
@@ -391,10 +456,12 @@ func (s *session) reset() {
 	s.sent = map[TP]sentPart{}
 }
 
-func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
-	log := f.opts.Logger.With("source_broker", broker)
+func (f *Fetcher) brokerLoop(ctx context.Context, key loopKey) {
+	broker := key.broker
+	log := f.opts.Logger.With("source_broker", broker, "stream", key.stream)
 	var sess session
 	sess.reset()
+	sess.want = int64(f.opts.PartitionMaxBytes)
 	backoff := 50 * time.Millisecond
 	counters := f.opts.Counters
 	// mayBeFailing: the broker may be counted as failing, by this loop or
@@ -402,7 +469,7 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 	// steady run of successes does not take f.mu for it at every fetch.
 	mayBeFailing := true
 	for ctx.Err() == nil {
-		req, gens, wait := f.buildRequest(ctx, broker, &sess)
+		req, gens, wait := f.buildRequest(ctx, key, &sess)
 		if req == nil {
 			select {
 			case <-ctx.Done():
@@ -418,11 +485,14 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 		// itself gives up reading the response after MaxWait plus its
 		// RequestTimeoutOverhead.
 		rctx, rcancel := context.WithTimeout(ctx, f.opts.MaxWait+f.opts.RequestTimeout)
-		kresp, err := f.cl.Broker(int(broker)).Request(rctx, req)
+		kresp, err := f.clients[key.stream].Broker(int(broker)).Request(rctx, req)
 		rcancel()
 		stats.requests.Add(1)
 		counters.Requests.Add(1)
+		// The request's reservation: its chunks take their own bytes.
+		reserved := int64(req.MaxBytes)
 		if err != nil {
+			f.opts.Budget.Release(reserved)
 			if ctx.Err() != nil {
 				return
 			}
@@ -440,6 +510,7 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 		resp := kresp.(*kmsg.FetchResponse)
 		stats.throttleMillis.Add(int64(resp.ThrottleMillis))
 		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+			f.opts.Budget.Release(reserved)
 			stats.errors.Add(1)
 			counters.Errors.Add(1)
 			f.setFailing(ctx, broker, true)
@@ -462,7 +533,9 @@ func (f *Fetcher) brokerLoop(ctx context.Context, broker int32) {
 			// fetch is then a full one.
 			sess.id = resp.SessionID
 		}
-		f.handleResponse(ctx, broker, &sess, resp, gens)
+		returned := f.handleResponse(ctx, key, &sess, resp, gens)
+		f.opts.Budget.Release(reserved)
+		sess.growReservation(&f.opts, reserved, returned)
 	}
 }
 
@@ -484,20 +557,23 @@ func (f *Fetcher) invalidateBroker(broker int32) {
 			f.meta.Invalidate(p.tp.Topic)
 		}
 	}
-	f.stopLoopLocked(broker)
+	for s := range f.clients {
+		f.stopLoopLocked(loopKey{broker, s})
+	}
 	f.wakeLocked()
 }
 
-func (f *Fetcher) stopLoopLocked(broker int32) {
-	if cancel, ok := f.loops[broker]; ok {
+func (f *Fetcher) stopLoopLocked(key loopKey) {
+	if cancel, ok := f.loops[key]; ok {
 		cancel()
-		delete(f.loops, broker)
+		delete(f.loops, key)
 	}
 }
 
-// buildRequest returns the next fetch for broker, or nil and a channel to wait
-// on when no partition led there may be fetched now.
-func (f *Fetcher) buildRequest(ctx context.Context, broker int32, sess *session) (*kmsg.FetchRequest, map[TP]uint64, <-chan struct{}) {
+// buildRequest returns the next fetch of loop key, or nil and a channel to
+// wait on when no partition it fetches may be fetched now. A request holds
+// its MaxBytes of the Budget: the caller releases them once it is answered.
+func (f *Fetcher) buildRequest(ctx context.Context, key loopKey, sess *session) (*kmsg.FetchRequest, map[TP]uint64, <-chan struct{}) {
 	avail, freed := f.opts.Budget.Available()
 	thr := f.opts.Throttle
 	thrScope, thrOK, thrWait, thrChanged := thr.readyScope()
@@ -509,7 +585,7 @@ func (f *Fetcher) buildRequest(ctx context.Context, broker int32, sess *session)
 	throttled := map[TP]bool{}
 	var led, heldByThrottle int
 	for tp, p := range f.parts {
-		if p.leader != broker {
+		if p.leader != key.broker || p.stream != key.stream {
 			continue
 		}
 		led++
@@ -530,10 +606,14 @@ func (f *Fetcher) buildRequest(ctx context.Context, broker int32, sess *session)
 	if led == 0 {
 		// Nothing is led here any more: end this loop; Run starts a
 		// new one when a partition moves back.
-		f.stopLoopLocked(broker)
+		f.stopLoopLocked(key)
 		return nil, nil, wake
 	}
-	if len(ready) == 0 || avail < int64(f.opts.PartitionMaxBytes) {
+	var reserved int64
+	if len(ready) > 0 && avail >= int64(f.opts.PartitionMaxBytes) {
+		reserved = f.opts.Budget.Reserve(min(int64(f.opts.MaxBytes), max(sess.want, int64(f.opts.PartitionMaxBytes))), int64(f.opts.PartitionMaxBytes))
+	}
+	if reserved == 0 {
 		var budget <-chan struct{}
 		if len(ready) > 0 {
 			budget = freed // wait for budget, or for other news
@@ -584,8 +664,8 @@ func (f *Fetcher) buildRequest(ctx context.Context, broker int32, sess *session)
 		chunk = thr.Chunk()
 	}
 	req.MinBytes = 1
-	req.MaxBytes = int32(min(int64(f.opts.MaxBytes), avail))
-	req.IsolationLevel = 1 // read_committed: copy only below the LSO
+	req.MaxBytes = int32(reserved) // released by the loop once answered
+	req.IsolationLevel = 1         // read_committed: copy only below the LSO
 	req.SessionID = sess.id
 	req.SessionEpoch = sess.epoch
 	gens := make(map[TP]uint64, len(ready))
@@ -662,7 +742,9 @@ func (f *Fetcher) buildRequest(ctx context.Context, broker int32, sess *session)
 	return req, gens, nil
 }
 
-func (f *Fetcher) handleResponse(ctx context.Context, broker int32, sess *session, resp *kmsg.FetchResponse, gens map[TP]uint64) {
+// handleResponse delivers what resp returned and says how many bytes of
+// records that was.
+func (f *Fetcher) handleResponse(ctx context.Context, key loopKey, sess *session, resp *kmsg.FetchResponse, gens map[TP]uint64) (returned int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var staleSession bool
@@ -689,8 +771,8 @@ func (f *Fetcher) handleResponse(ctx context.Context, broker int32, sess *sessio
 			tp := TP{topic, rp.Partition}
 			p, ok := f.parts[tp]
 			gen, asked := gens[tp]
-			if !ok || p.leader != broker || !asked {
-				// Not wanted from this broker now: the next request
+			if !ok || p.leader != key.broker || p.stream != key.stream || !asked {
+				// Not wanted from this loop now: the next request
 				// forgets it (it stays in sess.sent until then).
 				continue
 			}
@@ -760,6 +842,7 @@ func (f *Fetcher) handleResponse(ctx context.Context, broker int32, sess *sessio
 				c.Aborted = append(c.Aborted, Aborted{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset})
 			}
 			f.opts.Budget.Take(c.Size())
+			returned += c.Size()
 			f.opts.Counters.Bytes.Add(c.Size())
 			if throttled {
 				f.opts.Throttle.take(c.Size())
@@ -767,6 +850,7 @@ func (f *Fetcher) handleResponse(ctx context.Context, broker int32, sess *sessio
 			f.deliverLocked(p, c)
 		}
 	}
+	return returned
 }
 
 // gensOffset is the offset the session was fetching tp from when it

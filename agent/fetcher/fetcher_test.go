@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,9 +78,18 @@ func TestBuildRequestSendsWhatItRecords(t *testing.T) {
 		}
 	}
 
+	// build builds the next request and gives its budget back, as the
+	// loop does once a request is answered.
+	build := func(sess *session) *kmsg.FetchRequest {
+		req, _, _ := f.buildRequest(ctx, loopKey{broker, 0}, sess)
+		if req != nil {
+			f.opts.Budget.Release(int64(req.MaxBytes))
+		}
+		return req
+	}
 	check := func(round int, what string, sess *session, want map[TP]int64) {
 		t.Helper()
-		req, _, _ := f.buildRequest(ctx, broker, sess)
+		req := build(sess)
 		if req == nil {
 			t.Fatalf("round %d, %s: no request", round, what)
 		}
@@ -120,7 +130,7 @@ func TestBuildRequestSendsWhatItRecords(t *testing.T) {
 		check(round, "incremental fetch", &sess, moved)
 
 		// Nothing moved: nothing to send.
-		req, _, _ := f.buildRequest(ctx, broker, &sess)
+		req := build(&sess)
 		if n := len(requested(t, req)); n != 0 {
 			t.Fatalf("round %d: an unchanged session re-sends %d partitions", round, n)
 		}
@@ -134,10 +144,41 @@ func TestBuildRequestSendsWhatItRecords(t *testing.T) {
 // the transaction and requires every partition to be fetched to its end.
 // With partitions lost from fetch requests (see above), some partition
 // stopped being fetched, for good, in most rounds.
+//
+// With more connections (Options.Connections), the partitions are spread
+// over the broker's loops, every loop fetches on its own connection, and
+// every partition still reaches its end.
 func TestSessionFetchReachesEveryEnd(t *testing.T) {
+	for _, conns := range []int{0, 2} {
+		t.Run(fmt.Sprintf("%d more connections", conns), func(t *testing.T) { testSessionFetchReachesEveryEnd(t, conns) })
+	}
+}
+
+// fetchCounter counts the fetch requests a client writes.
+type fetchCounter struct{ n atomic.Int64 }
+
+func (h *fetchCounter) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == 1 && err == nil {
+		h.n.Add(1)
+	}
+}
+
+func testSessionFetchReachesEveryEnd(t *testing.T, conns int) {
 	topics := []string{"ledger", "events"}
 	const parts = 4
 	c, cl := testCluster(t, parts, topics...)
+	var extra []*kgo.Client
+	var counters []*fetchCounter
+	for range conns {
+		h := &fetchCounter{}
+		ecl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.WithHooks(h))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(ecl.Close)
+		extra = append(extra, ecl)
+		counters = append(counters, h)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -193,7 +234,7 @@ func TestSessionFetchReachesEveryEnd(t *testing.T) {
 		produce(plain, 3, fmt.Sprintf("round %d behind", round))
 
 		// A new fetcher, so a new session, reading everything from 0.
-		f := New(cl, leaders.New(cl), Options{MaxWait: 100 * time.Millisecond})
+		f := New(cl, leaders.New(cl), Options{MaxWait: 100 * time.Millisecond, Connections: extra})
 		fctx, fcancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		var mu sync.Mutex
@@ -274,6 +315,20 @@ func TestSessionFetchReachesEveryEnd(t *testing.T) {
 		reach(ends(), "transaction committed")
 		fcancel()
 		wg.Wait()
+		// Eight partitions of one broker over 1+conns loops: as even as
+		// they divide.
+		use := make([]int, 1+conns)
+		for _, p := range f.parts {
+			use[p.stream]++
+		}
+		for s, n := range use {
+			if n < 8/(1+conns) || n > (8+conns)/(1+conns) {
+				t.Fatalf("round %d: partitions per loop %v, want them spread evenly", round, use)
+			}
+			if s > 0 && counters[s-1].n.Load() == 0 {
+				t.Fatalf("round %d: loop %d fetched %d partitions, but its connection carried no fetch", round, s, n)
+			}
+		}
 	}
 }
 
@@ -325,5 +380,87 @@ func TestShareGrowsWhileFull(t *testing.T) {
 	}
 	if largest > growMaxBytes+(64<<10) {
 		t.Errorf("largest chunk %d bytes, above growMaxBytes %d", largest, growMaxBytes)
+	}
+}
+
+// TestGrowReservation: a loop reserves more while its fetches come back
+// full and less while they come back nearly empty (long polls of idle
+// partitions), between a partition share and MaxBytes.
+func TestGrowReservation(t *testing.T) {
+	o := Options{MaxBytes: 32 << 20, PartitionMaxBytes: 1 << 20}
+	for _, tc := range []struct {
+		name                     string
+		want, reserved, returned int64
+		next                     int64
+	}{
+		{"full: doubles", 4 << 20, 4 << 20, 4 << 20, 8 << 20},
+		{"three quarters full: doubles", 4 << 20, 4 << 20, 3 << 20, 8 << 20},
+		{"an oversized batch: doubles", 1 << 20, 1 << 20, 3 << 20, 2 << 20},
+		{"full at MaxBytes: stays", 32 << 20, 32 << 20, 32 << 20, 32 << 20},
+		{"half full: stays", 8 << 20, 8 << 20, 4 << 20, 8 << 20},
+		{"nearly empty: halves", 8 << 20, 8 << 20, 1 << 10, 4 << 20},
+		{"empty at a share: stays", 1 << 20, 1 << 20, 0, 1 << 20},
+		{"reserved less than wanted, full: doubles the want", 8 << 20, 2 << 20, 2 << 20, 16 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := session{want: tc.want}
+			s.growReservation(&o, tc.reserved, tc.returned)
+			if s.want != tc.next {
+				t.Fatalf("next reservation %d, want %d", s.want, tc.next)
+			}
+		})
+	}
+}
+
+// TestRequestsReserveBudget: a fetch holds its MaxBytes of the budget until
+// it is answered, so loops fetching at once (two per broker here) never ask
+// for more than the budget between them, and a loop that finds it taken
+// waits for bytes to be released.
+func TestRequestsReserveBudget(t *testing.T) {
+	_, cl := testCluster(t, 2, "t")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const limit = 5 << 20
+	budget := NewBudget(limit)
+	f := New(cl, leaders.New(cl), Options{Budget: budget, MaxBytes: 4 << 20, PartitionMaxBytes: 1 << 20})
+	f.clients = append(f.clients, cl) // a second loop per broker
+	for p := range int32(2) {
+		f.Assign(TP{"t", p}, 0)
+		f.mu.Lock()
+		f.setLeaderLocked(f.parts[TP{"t", p}], 0, 0)
+		f.mu.Unlock()
+	}
+	// Both loops are in a backlog: their last fetches came back full.
+	var a, b session
+	a.reset()
+	b.reset()
+	a.want, b.want = 4<<20, 4<<20
+	first, _, _ := f.buildRequest(ctx, loopKey{0, 0}, &a)
+	second, _, _ := f.buildRequest(ctx, loopKey{0, 1}, &b)
+	if first == nil || second == nil {
+		t.Fatalf("with 5 MiB to share, both loops should fetch: %v, %v", first != nil, second != nil)
+	}
+	if got := int64(first.MaxBytes) + int64(second.MaxBytes); got > limit {
+		t.Fatalf("two fetches at once ask for %d bytes, more than the budget's %d", got, limit)
+	}
+	if int64(second.MaxBytes) != limit-4<<20 {
+		t.Fatalf("the second fetch asks for %d bytes, want what the first left: %d", second.MaxBytes, limit-4<<20)
+	}
+	// The budget is spoken for: a third request must wait for a release.
+	var c session
+	c.reset()
+	c.want = 1 << 20
+	if req, _, wait := f.buildRequest(ctx, loopKey{0, 1}, &c); req != nil || wait == nil {
+		t.Fatalf("with the budget reserved, a request went out (%v) or had nothing to wait on", req != nil)
+	} else {
+		budget.Release(int64(first.MaxBytes))
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			t.Fatal("releasing a reservation did not wake the waiting loop")
+		}
+	}
+	if used := budget.Used(); used != int64(second.MaxBytes) {
+		t.Fatalf("budget holds %d bytes, want the second fetch's %d", used, second.MaxBytes)
 	}
 }

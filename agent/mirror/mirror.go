@@ -150,6 +150,12 @@ func (m *Runner) run(ctx context.Context) {
 	}
 }
 
+// fetchConnections is how many connections a mirror fetches on from each
+// source broker. Over a 50 ms link with 4 MiB windows, one fetch in flight
+// per broker mirrored 118 MB/s of a 163 MB/s loopback; two keep the link
+// busy while a response is on the wire.
+const fetchConnections = 2
+
 func (m *Runner) runConnected(ctx context.Context) error {
 	m.mu.Lock()
 	spec := m.spec // Apply changes m.spec under m.mu
@@ -184,8 +190,19 @@ func (m *Runner) runConnected(ctx context.Context) error {
 	}
 	m.conn.setErr(nil)
 
+	// More fetch connections per source broker (see package fetcher): a
+	// client of its own gives each one.
+	var more []*kgo.Client
+	for range fetchConnections - 1 {
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			return fmt.Errorf("connecting to source %s: %w", strings.Join(spec.Source.BootstrapServers, ","), err)
+		}
+		defer cl.Close()
+		more = append(more, cl)
+	}
 	srcMeta := leaders.New(src)
-	f := fetcher.New(src, srcMeta, fetcher.Options{Budget: m.cfg.Budget, Throttle: m.throttle.limiter, Counters: m.throttle.counters, Logger: m.log.Named("fetcher")})
+	f := fetcher.New(src, srcMeta, fetcher.Options{Budget: m.cfg.Budget, Throttle: m.throttle.limiter, Counters: m.throttle.counters, Connections: more, Logger: m.log.Named("fetcher")})
 	m.conn.up(&sourceReader{src, srcMeta}, f)
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()

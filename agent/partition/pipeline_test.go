@@ -118,6 +118,72 @@ func TestPipelineResendsAfterFailedBatch(t *testing.T) {
 	}
 }
 
+// TestPipelineWindow: a plain partition keeps maxPipelined batches in
+// flight, through the writer's windows too: with the destination holding
+// the first produce request, exactly that many are written before it is
+// answered, one batch each, and none more.
+func TestPipelineWindow(t *testing.T) {
+	src := startSource(t)
+	dst := devclustertest.Start(t)
+	b := newLog(t, 0, 0)
+	const batches = 2 * maxPipelined
+	for range batches {
+		b.plain(prodP, rb.CodecNone, 3)
+	}
+	l := b.done()
+	r := newRig(t, src, dst, "window", l, FillMarkers)
+	writes := &produceWrites{}
+	r.dstOpts = []kgo.Opt{kgo.Dialer(writes.dial)}
+	var held atomic.Int64
+	var first atomic.Bool
+	kc := dst.Kfake()
+	r.destControl(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, bool, bool, error) {
+		req := kreq.(*kmsg.ProduceRequest)
+		if len(req.Topics) == 0 || req.Topics[0].Topic != r.tp.Topic || !first.CompareAndSwap(false, true) {
+			return nil, false, false, nil
+		}
+		kc.SleepControl(func() {
+			// Every batch the window allows is written by now;
+			// give one beyond it the time to show.
+			for deadline := time.Now().Add(10 * time.Second); writes.n.Load() < maxPipelined && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(200 * time.Millisecond)
+			held.Store(writes.n.Load())
+		})
+		return nil, false, true, nil
+	})
+	p := r.start()
+	r.waitMirrored(p, l.end)
+	p.kill()
+	r.checkIdentical()
+	if n := held.Load(); n != maxPipelined {
+		t.Errorf("%d produce requests written while the first was held, want the window, %d", n, maxPipelined)
+	}
+}
+
+// TestWindowWithMarkers: a partition keeps maxPipelinedMarkers flights
+// while filler markers are among them, maxPipelined otherwise.
+func TestWindowWithMarkers(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		flights []flight
+		want    int
+	}{
+		{"nothing in flight", nil, maxPipelined},
+		{"batches", []flight{{n: 3}, {n: 2}}, maxPipelined},
+		{"markers behind batches", []flight{{n: 3}, {n: 1, markers: true}}, maxPipelinedMarkers},
+		{"markers first", []flight{{n: 1, markers: true}, {n: 3}}, maxPipelinedMarkers},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &Mirror{flights: tc.flights}
+			if got := m.window(); got != tc.want {
+				t.Fatalf("window %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestClassifyMarkers: refused filler markers are retried when retrying may
 // help and fail the partition when it cannot, naming the destination's own
 // refusal (which discard names in MARKERS_REFUSED).

@@ -620,13 +620,13 @@ func TestProducePipelinesOnePartition(t *testing.T) {
 	}
 }
 
-// Many partitions, each pipelining its batches from one goroutine with a
-// window of 16, over two brokers: requests issued from several goroutines
+// Many partitions, each pipelining its batches from one goroutine with the
+// writer's window (full twice over), over two brokers: requests issued from several goroutines
 // reach each broker in order, so no batch is refused out of sequence and
 // every batch lands where its sequence says.
 func TestProducePipelinedInOrder(t *testing.T) {
 	f := start(t, devcluster.Brokers(2))
-	const parts, batches = 12, 60
+	const parts, batches = 12, 2 * defaultMaxPerPartition
 	f.topic(t, "t", parts)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

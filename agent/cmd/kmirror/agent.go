@@ -109,6 +109,7 @@ func runAgent(ctx context.Context, args []string) error {
 	if err := cfg.Check(); err != nil {
 		return err
 	}
+	limitMemory(cfg.BufferBytes)
 	var box *secrets.Box
 	if cfg.SecretKeyFile != "" {
 		var err error
