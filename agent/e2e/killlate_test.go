@@ -297,10 +297,11 @@ func lateRequestInAdoptedTransaction(t *testing.T) {
 // rebuilds its position from the destination log end and must go on from
 // there without writing the batch again.
 func timeoutThatStillApplies(t *testing.T) {
-	// Requests 2, 22 and 42 time out: twenty apart, more than the 16
-	// batches a partition has in flight, so each is the first error of
-	// its window and makes a resync of its own.
-	s := newLateSetup(t, 60)
+	// Requests 2, 102 and 202 time out: a hundred apart, more than the 64
+	// batches a plain partition has in flight (each refused behind a
+	// timed-out one counts too), so each is the first error of its
+	// window and makes a resync of its own.
+	s := newLateSetup(t, 300)
 	var mu sync.Mutex
 	seen := map[kmsg.Request]bool{} // a request is asked about once per partition and topic
 	var n int
@@ -313,7 +314,7 @@ func timeoutThatStillApplies(t *testing.T) {
 				return v
 			}
 			n++
-			seen[req] = n%20 == 2 // requests 2, 22 and 42
+			seen[req] = n%100 == 2 // requests 2, 102 and 202
 			return seen[req]
 		},
 	})
