@@ -297,10 +297,11 @@ func lateRequestInAdoptedTransaction(t *testing.T) {
 // rebuilds its position from the destination log end and must go on from
 // there without writing the batch again.
 func timeoutThatStillApplies(t *testing.T) {
-	// Requests 2, 102 and 202 time out: a hundred apart, more than the 64
+	// Requests 2, 102 and 202 time out: a hundred apart, more than the
 	// batches a plain partition has in flight (each refused behind a
-	// timed-out one counts too), so each is the first error of its
-	// window and makes a resync of its own.
+	// timed-out one counts too, and a window of 64 once put three 20
+	// apart in one), so each is the first error of its window and makes
+	// a resync of its own.
 	s := newLateSetup(t, 300)
 	var mu sync.Mutex
 	seen := map[kmsg.Request]bool{} // a request is asked about once per partition and topic

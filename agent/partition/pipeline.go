@@ -32,15 +32,7 @@ import (
 // maxPipelined is how many plain batches of one partition may be in
 // flight: the writer's window (see writer.defaultMaxPerPartition for why it
 // may exceed the 5 batches a broker recognizes when resent).
-const maxPipelined = 64
-
-// maxPipelinedMarkers is the window of a partition with filler markers in
-// flight. Markers leave only once the batches before them are answered and
-// their connection is idle, so such a partition alternates one batch and
-// its markers whatever its window; a deeper one only queues more ahead. On
-// Kafka 4.4.0, a compacted source with 50% holes mirrored at 9.3–11.6 MB/s
-// with 64 (six runs) against 11.7–14.1 with 16 (four runs).
-const maxPipelinedMarkers = 16
+const maxPipelined = 16
 
 // flight is a plain batch, or filler markers (FillMarkers), on its way.
 type flight struct {
@@ -104,21 +96,10 @@ func (m *Mirror) sendMarkers(ctx context.Context, n int32) error {
 
 // room waits for the oldest answer when the window is full.
 func (m *Mirror) room(ctx context.Context) error {
-	if len(m.flights) >= m.window() {
+	if len(m.flights) >= maxPipelined {
 		return m.reap(ctx)
 	}
 	return nil
-}
-
-// window is how many flights the partition may have now: maxPipelined, or
-// maxPipelinedMarkers while markers are among them.
-func (m *Mirror) window() int {
-	for _, f := range m.flights {
-		if f.markers {
-			return maxPipelinedMarkers
-		}
-	}
-	return maxPipelined
 }
 
 // reap waits for the oldest batch in flight and checks where it landed.

@@ -162,28 +162,6 @@ func TestPipelineWindow(t *testing.T) {
 	}
 }
 
-// TestWindowWithMarkers: a partition keeps maxPipelinedMarkers flights
-// while filler markers are among them, maxPipelined otherwise.
-func TestWindowWithMarkers(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		flights []flight
-		want    int
-	}{
-		{"nothing in flight", nil, maxPipelined},
-		{"batches", []flight{{n: 3}, {n: 2}}, maxPipelined},
-		{"markers behind batches", []flight{{n: 3}, {n: 1, markers: true}}, maxPipelinedMarkers},
-		{"markers first", []flight{{n: 1, markers: true}, {n: 3}}, maxPipelinedMarkers},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			m := &Mirror{flights: tc.flights}
-			if got := m.window(); got != tc.want {
-				t.Fatalf("window %d, want %d", got, tc.want)
-			}
-		})
-	}
-}
-
 // TestClassifyMarkers: refused filler markers are retried when retrying may
 // help and fail the partition when it cannot, naming the destination's own
 // refusal (which discard names in MARKERS_REFUSED).

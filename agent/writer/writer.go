@@ -193,7 +193,7 @@ func (w *Writer) Produce(ctx context.Context, topic string, partition int32, bat
 // duplicate of a batch already appended (same producer id, epoch and
 // sequences) gets the original offset, as Kafka answers. Batches for
 // different partitions led by the same broker share produce requests, and
-// up to 64 batches of one partition are in flight at once, sent in call
+// up to 16 batches of one partition are in flight at once, sent in call
 // order (sink.go); a caller pipelining one partition's batches must call in
 // sequence order, from one goroutine. The checks of ctx (agent/writegate)
 // are asked when the batch's request leaves, as the writer's gate is.
