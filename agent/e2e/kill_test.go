@@ -315,6 +315,7 @@ func assertIdentical(ctx context.Context, t testing.TB, srcCl, dstCl *kgo.Client
 // one and deduplicates the new one; 1 to 5 make the late request a
 // duplicate of a batch in the broker's window of the producer's last five;
 // 6 and 7 make it a sequence the broker refuses as out of order.
+// A request whose new agent is stopped before that lands then.
 type latency struct {
 	t      testing.TB
 	kc     *kfake.Cluster
@@ -392,7 +393,10 @@ func (l *latency) onProduce(req kmsg.Request) (kmsg.Response, error, bool) {
 		case <-h.release:
 		case <-l.done:
 		case <-time.After(20 * time.Second):
-			l.t.Errorf("a produce request of a killed agent was not released within 20s")
+			l.mu.Lock()
+			l.t.Errorf("a produce request of a killed agent was not released within 20s: partitions %v, sent at generation %d (now %d, armed %v), new agent read the end: %v, writes to wait for %d, still to come %d",
+				h.parts, h.gen, l.gen, l.armed, h.readSeen, h.wait, h.after)
+			l.mu.Unlock()
 		}
 	})
 	l.mu.Lock()
@@ -479,9 +483,20 @@ func overlaps(a, b []fetcher.TP) bool {
 func (l *latency) InFlight() int { return int(l.inFlight.Load()) }
 
 // Killed marks the requests delayed now as those of a dead agent; call it
-// once the agent is gone.
+// once the agent is gone. Requests still held from the agent before land
+// now: the agent whose writes they waited for is gone too (on a
+// transactional partition whose invisible offsets are filler markers, a
+// produce request comes once per committed source transaction, so seven
+// may take longer than an agent lives here), and a frozen agent may be the
+// next to run, whose own requests would queue behind its held one on the
+// same connection, waiting for writes only it could make.
 func (l *latency) Killed() {
 	l.mu.Lock()
+	for h := range l.held {
+		if h.gen < l.gen {
+			l.releaseLocked(h, "when the agent after its own was stopped too")
+		}
+	}
 	l.gen++
 	l.armed = false
 	l.mu.Unlock()

@@ -17,12 +17,12 @@ func NewBudget(limit int64) *Budget {
 	return &Budget{limit: limit, freed: make(chan struct{})}
 }
 
-// Available returns how many bytes may still be fetched, and a channel that
-// is closed the next time bytes are released.
-func (b *Budget) Available() (int64, <-chan struct{}) {
+// Freed returns a channel that is closed the next time bytes are released:
+// taken before a Reserve that fails, it wakes the caller for the next try.
+func (b *Budget) Freed() <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.limit - b.used, b.freed
+	return b.freed
 }
 
 // Reserve takes up to want of the bytes still available, if at least least

@@ -70,10 +70,12 @@ const (
 	// batches of a partition per 50 ms round trip. It bounds the agent
 	// next to the source: with batches of 91 KB, 50 ms from a Kafka 4.4.0
 	// destination, 16 requests of 6 batches per 55 ms, 145 MB/s (0.76 of
-	// loopback). 64 gave 170–177 MB/s, but TestLeaseTakeover then failed
-	// 1 run in 2 with seed 1796479562597540463 (a killed agent's held
-	// request never released), which it passes with 16: not taken until
-	// that is understood.
+	// loopback). 64 gave 170–177 MB/s there; on a slower machine, where 16
+	// gave 141.6–148.4 (0.99–1.03 of loopback), 64 gave 134.5–179.6 and
+	// loopback fell from 142.9–144.2 to 91.5–104.3 (smaller requests: the
+	// destination brokers spent 10–10.8 CPU-s per GB against 7.2), and 64
+	// sending beyond 16 only requests with a batch of every partition in
+	// flight did not restore it in a full run (91.5). So 16.
 	defaultMaxPerPartition = 16
 	// returnGrace is how long a sink whose request was just answered waits
 	// for the callers of that request to come back with their next batch
