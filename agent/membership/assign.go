@@ -271,9 +271,19 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 	}
 	// The history goes on: items owned now, by their owners (revoked
 	// ones are still their owners' until released); the others keep
-	// their last owner.
+	// their last owner, but for items gone (deleted mirrors) whose last
+	// process is gone from the group or here and not claiming them: what
+	// mustWait would say of such an entry, a complete history without it
+	// says too, and an incomplete one waits, so only entries that make a
+	// next owner wait are kept, and the history does not grow with every
+	// mirror ever deleted.
 	next := make(map[string]Process, len(hist)+len(weights))
 	for k, p := range hist {
+		if _, item := weights[k]; !item {
+			if proc, present := here[p.Agent]; !present || proc == p.Process {
+				continue
+			}
+		}
 		next[k] = p
 	}
 	for _, m := range members {

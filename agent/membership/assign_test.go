@@ -304,6 +304,34 @@ func TestAssignWaiting(t *testing.T) {
 	}
 }
 
+// TestAssignForgetsGoneItems: the history forgets an item no longer
+// assigned once its last process is gone from the group or here without
+// claiming it, and keeps it while its agent is here as another process (a
+// re-created item would wait that earlier process out).
+func TestAssignForgetsGoneItems(t *testing.T) {
+	prev := []MemberLoad{{Agent: "a", Process: "p1"}, {Agent: "b", Process: "p2"}}
+	// t/00 and t/01 are items; t/02 (last owner c, gone), t/03 (a, here
+	// as the same process) and t/04 (b, here as a new process) are not.
+	h := hist("a", "p1", 0, 3, "b", "p2", 1, 4, "c", "p3", 2)
+	got := assign(items(2), []joined{
+		{id: "m-a", meta: memberMeta{Agent: "a", Process: "p1", Previous: prev, PreviousGen: 3, PreviousHistory: h, PreviousComplete: true, Owned: owned("t/00")}},
+		{id: "m-b", meta: memberMeta{Agent: "b", Process: "p5", Previous: prev, PreviousGen: 3, PreviousHistory: h, PreviousComplete: true}},
+	}, 4)
+	for id, a := range got {
+		var ks []string
+		for k := range a.History {
+			ks = append(ks, k)
+		}
+		slices.Sort(ks)
+		if want := []string{"t/00", "t/01", "t/04"}; !slices.Equal(ks, want) {
+			t.Errorf("member %s: history of %v, want %v", id, ks, want)
+		}
+		if p := a.History["t/04"]; p != (Process{Agent: "b", Process: "p2"}) {
+			t.Errorf("member %s: t/04 last owned by %+v, want b's earlier process p2", id, p)
+		}
+	}
+}
+
 // TestAssignWeightsTravel: a weight measured by an item's last owner
 // counts where the item goes next, until its new owner measures it, and
 // the assignment tells it on for the next generation.
