@@ -120,6 +120,8 @@ func (o *Options) defaults() {
 	if o.PartitionMaxBytes <= 0 {
 		o.PartitionMaxBytes = 1 << 20
 	}
+	// A loop's reservation runs from a partition share to MaxBytes.
+	o.PartitionMaxBytes = min(o.PartitionMaxBytes, o.MaxBytes)
 	if o.PartitionQueue <= 0 {
 		o.PartitionQueue = 8
 	}
@@ -621,8 +623,8 @@ func (f *Fetcher) buildRequest(ctx context.Context, key loopKey, sess *session) 
 	}
 	var reserved int64
 	if len(ready) > 0 {
-		// sess.want stays within [PartitionMaxBytes, MaxBytes]: a loop
-		// takes what is free down to a partition share.
+		// sess.want stays within [PartitionMaxBytes, MaxBytes] (defaults):
+		// a loop takes what is free down to a partition share.
 		reserved = f.opts.Budget.Reserve(sess.want, int64(f.opts.PartitionMaxBytes))
 	}
 	if reserved == 0 {

@@ -463,3 +463,20 @@ func TestRequestsReserveBudget(t *testing.T) {
 		t.Fatalf("budget holds %d bytes, want the second fetch's %d", used, second.MaxBytes)
 	}
 }
+
+// TestShareWithinMaxBytes: a partition share configured above MaxBytes is
+// cut to it, so that a loop's first fetch asks for no more than MaxBytes
+// (and, with the budget free, is sent at all).
+func TestShareWithinMaxBytes(t *testing.T) {
+	_, cl := testCluster(t, 1, "t")
+	f := New(cl, leaders.New(cl), Options{Budget: NewBudget(8 << 20), MaxBytes: 512 << 10, PartitionMaxBytes: 1 << 20})
+	f.Assign(TP{"t", 0}, 0)
+	f.mu.Lock()
+	f.setLeaderLocked(f.parts[TP{"t", 0}], 0, 0)
+	f.mu.Unlock()
+	sess := newSession(&f.opts)
+	req, _, _ := f.buildRequest(context.Background(), loopKey{0, 0}, &sess)
+	if req == nil || req.MaxBytes != 512<<10 {
+		t.Fatalf("first fetch %v; want one asking for MaxBytes, 512 KiB", req)
+	}
+}

@@ -72,10 +72,10 @@ const (
 	// destination, 16 requests of 6 batches per 55 ms, 145 MB/s (0.76 of
 	// loopback). 64 gave 170–177 MB/s there; on a slower machine, where 16
 	// gave 141.6–148.4 (0.99–1.03 of loopback), 64 gave 134.5–179.6 and
-	// loopback fell from 142.9–144.2 to 91.5–104.3 (smaller requests: the
-	// destination brokers spent 10–10.8 CPU-s per GB against 7.2), and 64
+	// loopback fell from 142.9–144.2 to 99.6–104.3 (smaller requests: the
+	// destination brokers spent 9.8–10.0 CPU-s per GB against 7.2), and 64
 	// sending beyond 16 only requests with a batch of every partition in
-	// flight did not restore it in a full run (91.5). So 16.
+	// flight gave 141.8 in one run and 91.5 in a full one. So 16.
 	defaultMaxPerPartition = 16
 	// returnGrace is how long a sink whose request was just answered waits
 	// for the callers of that request to come back with their next batch
