@@ -217,7 +217,7 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 		last := len(mine[hi]) - 1
 		k := mine[hi][last] // the lightest, as owned was sorted
 		w := weights[k]
-		if 2*(kept[hi]-kept[lo]) <= 3*w {
+		if !worthMoving(kept[hi], kept[lo], w) {
 			break
 		}
 		mine[hi] = mine[hi][:last]

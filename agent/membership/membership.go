@@ -105,6 +105,7 @@ const protocolName = "sticky-v1"
 const (
 	DefaultGroup          = "kmirror-agents"
 	DefaultSessionTimeout = 10 * time.Second
+	DefaultBalanceDelay   = 30 * time.Second
 )
 
 // ErrNotOwner is returned by Check for an item this member may not write.
@@ -136,6 +137,10 @@ type Config struct {
 	// broker; at most half the session (the default), so that a member
 	// misses several heartbeats before it stops writing.
 	WriteGrace time.Duration
+	// BalanceDelay (default DefaultBalanceDelay) is how long the loads this
+	// member measures must stay out of balance before it asks the group to
+	// rebalance (balance.go); negative: never.
+	BalanceDelay time.Duration
 	// Items returns the work as this agent sees it; the leader's view is
 	// the one assigned. Call Member.Refresh when it changes.
 	Items func() []Item
@@ -188,6 +193,12 @@ type Member struct {
 	// membersGen is the generation of members.
 	membersGen int32
 	weights    map[string]int64
+	// moving: generation membersGen moves items (assignment.Rejoin), so
+	// another rebalance follows anyway.
+	moving bool
+	// unbalancedSince is when the loads this member measures last began
+	// to call for a rebalance (balance.go); zero while they do not.
+	unbalancedSince time.Time
 	// released are items lost and stopped since the last join, to report,
 	// each at the time it may be reported: not before the end of its own
 	// wait, during which an earlier owner may still write it.
@@ -232,6 +243,9 @@ func Join(cfg Config) (*Member, error) {
 	}
 	if cfg.WriteGrace > cfg.SessionTimeout/2 {
 		return nil, fmt.Errorf("membership: the write grace (%v) must be at most half the session timeout (%v)", cfg.WriteGrace, cfg.SessionTimeout)
+	}
+	if cfg.BalanceDelay == 0 {
+		cfg.BalanceDelay = DefaultBalanceDelay
 	}
 	if cfg.Items == nil {
 		cfg.Items = func() []Item { return nil }
@@ -328,7 +342,8 @@ func (m *Member) liveLocked() error {
 }
 
 // SetWeight records an owned item's measured weight, reported at the next
-// join.
+// join; when the weights measured make the group's balance out of date, the
+// member asks for that join (balance.go).
 func (m *Member) SetWeight(item string, w int64) {
 	m.mu.Lock()
 	m.weights[item] = w
@@ -614,6 +629,7 @@ func (m *Member) apply(a assignment, sent time.Time, gen int32) {
 	}
 	m.items, m.members, m.membersGen, m.owners = next, a.Members, gen, a.Owners
 	m.history, m.complete, m.knownWeights = a.History, a.Complete, a.Weights
+	m.moving, m.unbalancedSince = a.Rejoin, time.Time{}
 	m.log.Info("group assignment", "group", m.cfg.Group, "generation", gen, "items", len(next), "orphans", len(a.Orphans), "members", len(a.Members), "rejoin", a.Rejoin)
 	m.log.Debug("group assignment items", "generation", gen, "items", a.Items, "orphans", a.Orphans, "history_complete", a.Complete, "for_me", forMe)
 	// With a.Rejoin, the member that lost items rejoins once its caller
@@ -676,6 +692,9 @@ func (m *Member) heartbeat(ctx context.Context) error {
 		leader, assigned := m.leader, m.assigned
 		m.mu.Unlock()
 		if leader && !maps.Equal(itemKeys(m.cfg.Items()), assigned) {
+			return errRejoin
+		}
+		if m.balanceDue(time.Now()) {
 			return errRejoin
 		}
 		m.mu.Lock()

@@ -59,7 +59,7 @@ func startAgent(t *testing.T, boot []string, group, id string, work *workList) *
 	m, err := Join(Config{
 		Destination: []kgo.Opt{kgo.SeedBrokers(boot...)},
 		Group:       group, AgentID: id,
-		SessionTimeout: testSession, WriteGrace: testGrace,
+		SessionTimeout: testSession, WriteGrace: testGrace, BalanceDelay: time.Second,
 		Items:  work.get,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "member-" + id, Level: hclog.Warn, Output: devclustertest.Writer(t)}),
 	})
@@ -404,30 +404,41 @@ func testGroup(t *testing.T, engine devcluster.EngineKind) {
 	}
 	t.Logf("restarted a: %v", countBy(owner))
 
-	// a measures one of its items at 1000 (its byte rate): at the next
-	// rebalance (an item added), the group balances by weight. The heavy
-	// item keeps its weight wherever it goes, and its holder gives the
-	// rest of its items up to the others.
+	// a measures one of its items at 1000 (its byte rate), and nothing
+	// else changes: a asks for a rebalance by itself (BalanceDelay), and
+	// the group balances by weight. The heavy item keeps its weight
+	// wherever it goes, and its holder gives the rest of its items up to
+	// the others.
 	heavy := firstOf(owner, "a")
+	genBefore := agents[1].m.View().Generation
 	agents[0].m.SetWeight(heavy, 1000)
-	work.add(Item{Key: "orders/16"})
-	for _, a := range agents {
-		a.m.Refresh()
-	}
-	owner = waitSettled(t, agents, work)
-	holder := owner[heavy]
-	n := countBy(owner)
-	for _, a := range agents {
-		if a.id != holder && n[holder] >= n[a.id] {
-			t.Errorf("%s holds %s, weighing 1000, and %d items; %s holds %d: want the heavy item's holder to hold the fewest", holder, heavy, n[holder], a.id, n[a.id])
+	measured := time.Now()
+	var holder string
+	var n map[string]int
+	for deadline := time.Now().Add(time.Minute); ; {
+		owner = waitSettled(t, agents, work)
+		holder, n = owner[heavy], countBy(owner)
+		fewest := true
+		for _, a := range agents {
+			fewest = fewest && (a.id == holder || n[holder] < n[a.id])
 		}
+		if fewest {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s holds %s, weighing 1000, and %d items (%v), a minute after a measured it: want the heavy item's holder to hold the fewest", holder, heavy, n[holder], n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if after := agents[1].m.View().Generation; after <= genBefore {
+		t.Errorf("generation %d, was %d: the group balanced without a rebalance?", after, genBefore)
 	}
 	for _, l := range agents[1].m.View().Members {
 		if l.Agent == holder && l.Weight < 1000 {
 			t.Errorf("%s's load in the group's view is %d, want at least 1000 (the measured weight of %s)", holder, l.Weight, heavy)
 		}
 	}
-	t.Logf("weighed %s at 1000: held by %s, %v", heavy, holder, n)
+	t.Logf("weighed %s at 1000: balanced %v later, held by %s, %v", heavy, time.Since(measured).Round(time.Millisecond), holder, n)
 }
 
 func itemsOf(owner map[string]string, agent string) []string {

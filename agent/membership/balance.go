@@ -1,0 +1,94 @@
+package membership
+
+// Rebalancing on measured load. The leader balances by weight only when the
+// group rebalances, and weights change in between: a mirror's byte rate
+// grows, another's falls. So each member compares two views of the
+// generation's loads: as the generation weighed its items, and with its own
+// items weighing what it measures now. When the second would make the
+// leader move an item (the rule of assign) and the first would not, and
+// that has held for Config.BalanceDelay, the member rejoins with its
+// weights, which rebalances the group: Kafka (and kfake) rebalance a stable
+// group when a member joins with changed metadata. The next generation
+// carries those weights, so the same measurements do not ask again, and
+// measurements that differ by a little ask nothing (worthMoving).
+
+import (
+	"slices"
+	"time"
+)
+
+// worthMoving says whether moving an item of weight w from a member loaded
+// hi to one loaded lo narrows the gap between them by more than half the
+// item's weight: the rule assign balances by.
+func worthMoving(hi, lo, w int64) bool { return 2*(hi-lo) > 3*w }
+
+// wouldMove says whether assign would move an item for balance between
+// members owning items of these weights (one slice per member, in the
+// order assign sorts them): the lightest item of the most loaded member,
+// when it has two or more, to the least loaded.
+func wouldMove(owned [][]int64) bool {
+	if len(owned) < 2 {
+		return false
+	}
+	load := make([]int64, len(owned))
+	hi, lo := 0, 0
+	for i, ws := range owned {
+		for _, w := range ws {
+			load[i] += w
+		}
+		if load[i] > load[hi] {
+			hi = i
+		}
+		if load[i] < load[lo] {
+			lo = i
+		}
+	}
+	return len(owned[hi]) >= 2 && worthMoving(load[hi], load[lo], slices.Min(owned[hi]))
+}
+
+// unbalancedLocked says whether the weights this member measured call for
+// a rebalance that the generation's own weights do not.
+func (m *Member) unbalancedLocked() bool {
+	if len(m.members) < 2 || m.moving {
+		return false
+	}
+	at := make(map[string]int, len(m.members))
+	for i, l := range m.members {
+		at[l.Agent] = i
+	}
+	then := make([][]int64, len(m.members))
+	now := make([][]int64, len(m.members))
+	for k, agent := range m.owners {
+		i, ok := at[agent]
+		if !ok {
+			continue
+		}
+		w := max(m.knownWeights[k], 1)
+		then[i] = append(then[i], w)
+		if mw := m.weights[k]; agent == m.cfg.AgentID && mw > 0 {
+			w = mw
+		}
+		now[i] = append(now[i], w)
+	}
+	return wouldMove(now) && !wouldMove(then)
+}
+
+// balanceDue says whether the member should rejoin now for balance: its
+// measured loads have called for it for BalanceDelay.
+func (m *Member) balanceDue(now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cfg.BalanceDelay < 0 || !m.unbalancedLocked() {
+		m.unbalancedSince = time.Time{}
+		return false
+	}
+	if m.unbalancedSince.IsZero() {
+		m.unbalancedSince = now
+	}
+	if now.Sub(m.unbalancedSince) < m.cfg.BalanceDelay {
+		return false
+	}
+	m.log.Info("the loads this agent measures are out of balance with the group's: asking for a rebalance", "group", m.cfg.Group, "generation", m.gen, "since", m.unbalancedSince)
+	m.unbalancedSince = time.Time{}
+	return true
+}
