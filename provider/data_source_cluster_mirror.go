@@ -35,6 +35,7 @@ var mirrorAttrTypes = map[string]attr.Type{
 	"error":        types.StringType,
 
 	"source_cluster_id":    types.StringType,
+	"agent":                types.StringType,
 	attrTopicConfigExclude: types.ListType{ElemType: types.StringType},
 	attrGroupsInclude:      types.ListType{ElemType: types.StringType},
 	attrGroupsExclude:      types.ListType{ElemType: types.StringType},
@@ -82,6 +83,7 @@ func mirrorComputedAttributes() map[string]schema.Attribute {
 		"error":        schema.StringAttribute{Computed: true, Description: "Why the mirror is not running, empty when it runs."},
 
 		"source_cluster_id": schema.StringAttribute{Computed: true, Description: "The source cluster's id, from its metadata when the agent last connected to it; empty until it has."},
+		"agent":             schema.StringAttribute{Computed: true, Description: "The `agent_id` of the agent that runs the mirror when the agents form a group (`coordination = \"group\"`); empty with the writer lease, where the active agent runs every mirror."},
 		attrTopicConfigExclude: schema.ListAttribute{Computed: true, ElementType: types.StringType,
 			Description: "Source topic config keys not copied (KIP-1279 `mirror.topic.properties.exclude`), the KIP's default list unless set."},
 		attrGroupsInclude: schema.ListAttribute{Computed: true, ElementType: types.StringType,

@@ -423,6 +423,7 @@ func settingsFromAgent(ctx context.Context, model *clusterMirrorModel, m mirrora
 	}
 	model.MetadataRefreshInterval = sameInterval(model.MetadataRefreshInterval, m.MetadataRefreshIntervalMs)
 	model.SourceClusterID = types.StringValue(m.SourceClusterID)
+	model.Agent = types.StringValue(m.Agent)
 	return diags
 }
 
@@ -433,6 +434,7 @@ func settingsValues(ctx context.Context, m mirrorapi.Mirror) (map[string]attr.Va
 	out := map[string]attr.Value{
 		attrRefreshInterval: model.MetadataRefreshInterval,
 		"source_cluster_id": model.SourceClusterID,
+		"agent":             model.Agent,
 	}
 	for _, s := range listSettings {
 		out[s.attr] = *s.model(&model)

@@ -48,6 +48,7 @@ type clusterMirrorModel struct {
 	MetadataRefreshInterval types.String `tfsdk:"metadata_refresh_interval"`
 	Config                  types.Map    `tfsdk:"config"`
 	SourceClusterID         types.String `tfsdk:"source_cluster_id"`
+	Agent                   types.String `tfsdk:"agent"`
 	MaxLag                  types.Int64  `tfsdk:"max_lag"`
 	StateCounts             types.Map    `tfsdk:"state_counts"`
 	TopicCount              types.Int64  `tfsdk:"topic_count"`
@@ -99,6 +100,10 @@ func (r *clusterMirrorResource) Schema(_ context.Context, _ resource.SchemaReque
 			"source_cluster_id": schema.StringAttribute{
 				Computed:    true,
 				Description: "The source cluster's id, from its metadata when the agent last connected to it; empty until it has.",
+			},
+			"agent": schema.StringAttribute{
+				Computed:    true,
+				Description: "The `agent_id` of the agent that runs the mirror when the agents form a group (`coordination = \"group\"`); empty with the writer lease, where the active agent runs every mirror.",
 			},
 		},
 	}
@@ -242,7 +247,7 @@ func (r *clusterMirrorResource) ModifyPlan(ctx context.Context, req resource.Mod
 	}
 	for name, v := range map[string]attr.Value{
 		"max_lag": types.Int64Unknown(), "topic_count": types.Int64Unknown(), "error": types.StringUnknown(),
-		"source_cluster_id": types.StringUnknown(), "state_counts": types.MapUnknown(types.Int64Type),
+		"source_cluster_id": types.StringUnknown(), "agent": types.StringUnknown(), "state_counts": types.MapUnknown(types.Int64Type),
 	} {
 		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root(name), v)...)
 	}

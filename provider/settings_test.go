@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
 	"github.com/hashicorp/terraform-plugin-go/tftypes"
 
+	"github.com/kmirror/kmirror/internal/mirrorapi"
 	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
@@ -197,4 +198,29 @@ func typesStringOrNull(s string) types.String {
 		return types.StringNull()
 	}
 	return types.StringValue(s)
+}
+
+// TestDescribedAgent: the resource and both data sources show the agent of
+// the group that runs the mirror, and nothing with the writer lease.
+func TestDescribedAgent(t *testing.T) {
+	for _, agent := range []string{"a1", ""} {
+		var model clusterMirrorModel
+		m := mirrorapi.Mirror{Name: "dr", SourceClusterID: "src", Agent: agent}
+		if diags := settingsFromAgent(context.Background(), &model, m); diags.HasError() {
+			t.Fatal(diags)
+		}
+		if model.Agent.IsNull() || model.Agent.ValueString() != agent {
+			t.Errorf("resource: agent %v, want %q", model.Agent, agent)
+		}
+		vals, diags := settingsValues(context.Background(), m)
+		if diags.HasError() {
+			t.Fatal(diags)
+		}
+		if v, ok := vals["agent"].(types.String); !ok || v.ValueString() != agent {
+			t.Errorf("data sources: agent %v, want %q", vals["agent"], agent)
+		}
+		if _, ok := mirrorAttrTypes["agent"]; !ok {
+			t.Error("the data sources' mirror object has no agent attribute")
+		}
+	}
 }

@@ -324,7 +324,11 @@ func (c *Coordinator) Describe() []MirrorStatus {
 	c.mu.Unlock()
 	out := make([]MirrorStatus, 0, len(ms))
 	for _, m := range ms {
-		out = append(out, m.Status())
+		st := m.Status()
+		if c.cfg.Owner != nil {
+			st.Agent = c.cfg.AgentID
+		}
+		out = append(out, st)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

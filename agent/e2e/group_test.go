@@ -123,10 +123,15 @@ func testAgentGroup(t *testing.T, e engine) {
 		if len(list) != mirrors {
 			t.Errorf("list through %s: %d mirrors, want %d", id, len(list), mirrors)
 		}
+		for _, m := range list {
+			if m.Agent != owner[m.Name] {
+				t.Errorf("list through %s: %s runs on %q, want %s", id, m.Name, m.Agent, owner[m.Name])
+			}
+		}
 		for name, o := range owner {
 			m, err := a.api.Mirror(ctx, name)
-			if err != nil || m.Name != name {
-				t.Errorf("describe %s through %s (run by %s): %v", name, id, o, err)
+			if err != nil || m.Name != name || m.Agent != o {
+				t.Errorf("describe %s through %s (run by %s): runs on %q, %v", name, id, o, m.Agent, err)
 			}
 		}
 	}
@@ -180,14 +185,29 @@ func testAgentGroup(t *testing.T, e engine) {
 		spread("rolling restart: "+id+" back", alive...)
 	}
 
-	// kmirror status, through any agent, lists the group.
-	out, err := exec.CommandContext(ctx, kmirrorBin(t), "status", "--agent", agents[alive[0]].api.BaseURL).CombinedOutput()
-	if err != nil {
-		t.Fatalf("kmirror status: %v\n%s", err, out)
+	// kmirror status, through any agent, lists the group: each agent, and
+	// under it the partitions and lag of each mirror it runs (a list
+	// caught while a mirror moves says so, and is asked again).
+	var out []byte
+	for try := 0; ; try++ {
+		var err error
+		out, err = exec.CommandContext(ctx, kmirrorBin(t), "status", "--agent", agents[alive[0]].api.BaseURL).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kmirror status: %v\n%s", err, out)
+		}
+		if !strings.Contains(string(out), "partitions and lag unknown") || try == 20 {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 	for _, id := range alive {
 		if !strings.Contains(string(out), "\n  "+id+"\t") {
 			t.Errorf("kmirror status does not list %s:\n%s", id, out)
+		}
+	}
+	for i := range mirrors {
+		if line := fmt.Sprintf("\n    m%d\t2 partition(s) (2 MIRRORING), max lag ", i); !strings.Contains(string(out), line) {
+			t.Errorf("kmirror status does not show m%d's partitions (%q):\n%s", i, line, out)
 		}
 	}
 	t.Logf("kmirror status:\n%s", out)

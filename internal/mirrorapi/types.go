@@ -66,6 +66,10 @@ type Mirror struct {
 	// SourceClusterID is the source cluster's id, from its metadata when
 	// the agent last connected to it; empty until it has.
 	SourceClusterID string `json:"source_cluster_id,omitempty"`
+	// Agent is the agent_id of the agent of the group that runs the
+	// mirror and described it (coordination = "group"); empty with the
+	// writer lease, where the active agent runs every mirror.
+	Agent string `json:"agent,omitempty"`
 
 	// The mirror's settings (MirrorSpec) with the defaults they stand for
 	// resolved: what the agent uses.

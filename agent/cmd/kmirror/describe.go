@@ -193,6 +193,9 @@ func writeTable(w io.Writer, ms []mirrorapi.Mirror) error {
 		}
 	}
 	for _, m := range ms {
+		if m.Agent != "" {
+			fmt.Fprintf(w, "mirror %s runs on agent %s of the group\n", m.Name, m.Agent)
+		}
 		fmt.Fprintf(w, "mirror %s source: %s\n", m.Name, sourceLine(m))
 		fmt.Fprintf(w, "mirror %s settings: %s\n", m.Name, settingsLine(m))
 		fmt.Fprintf(w, "mirror %s destination transaction timeout: %s\n", m.Name, txnTimeoutLine(m))

@@ -5,6 +5,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/kmirror/kmirror/internal/mirrorapi"
@@ -37,10 +40,48 @@ func runStatus(ctx context.Context, args []string) error {
 	if st.Fillers != "" {
 		fmt.Fprintf(stdout, "fillers: %s (%s)\n", st.Fillers, st.FillersReason)
 	}
+	if len(st.GroupMembers) == 0 {
+		return nil
+	}
+	// Each mirror's partitions and lag, as the agent that runs it
+	// describes it: the list the agent gathers from the whole group.
+	described := map[string]mirrorapi.Mirror{}
+	ms, err := newClient(*addr, *token).Describe(ctx)
+	for _, m := range ms {
+		described[m.Name] = m
+	}
 	for _, m := range st.GroupMembers {
 		fmt.Fprintf(stdout, "  %s\t%s\t%d mirror(s) %v\tload %d B/s\n", m.AgentID, cmp.Or(m.API, "(no API)"), len(m.Mirrors), m.Mirrors, m.Weight)
+		for _, name := range m.Mirrors {
+			if d, ok := described[name]; ok {
+				fmt.Fprintf(stdout, "    %s\t%s\n", name, partitionsLine(d))
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stdout, "partitions and lag unknown: %v\n", err)
 	}
 	return nil
+}
+
+// partitionsLine sums up a mirror's partitions: how many, by state, and the
+// largest lag.
+func partitionsLine(m mirrorapi.Mirror) string {
+	var n int
+	var states []string
+	for _, st := range slices.Sorted(maps.Keys(m.StateCounts)) {
+		n += m.StateCounts[st]
+		states = append(states, fmt.Sprintf("%d %s", m.StateCounts[st], st))
+	}
+	line := fmt.Sprintf("%d partition(s)", n)
+	if len(states) > 0 {
+		line += " (" + strings.Join(states, ", ") + ")"
+	}
+	line += fmt.Sprintf(", max lag %d", m.MaxLag)
+	if m.Error != "" {
+		line += "; error: " + m.Error
+	}
+	return line
 }
 
 // statusLine says in one line what an agent is to the writer lease.
