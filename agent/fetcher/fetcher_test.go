@@ -398,7 +398,9 @@ func TestGrowReservation(t *testing.T) {
 		{"full at MaxBytes: stays", 32 << 20, 32 << 20, 32 << 20, 32 << 20},
 		{"half full: stays", 8 << 20, 8 << 20, 4 << 20, 8 << 20},
 		{"nearly empty: halves", 8 << 20, 8 << 20, 1 << 10, 4 << 20},
-		{"empty at a share: stays", 1 << 20, 1 << 20, 0, 1 << 20},
+		{"empty at a share: halves", 1 << 20, 1 << 20, 0, 512 << 10},
+		{"empty at the idle reservation: stays", idleReservation, idleReservation, 0, idleReservation},
+		{"an oversized batch after idling: doubles", idleReservation, idleReservation, 900 << 10, 2 * idleReservation},
 		{"reserved less than wanted, full: doubles the want", 8 << 20, 2 << 20, 2 << 20, 16 << 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -478,5 +480,60 @@ func TestShareWithinMaxBytes(t *testing.T) {
 	req, _, _ := f.buildRequest(context.Background(), loopKey{0, 0}, &sess)
 	if req == nil || req.MaxBytes != 512<<10 {
 		t.Fatalf("first fetch %v; want one asking for MaxBytes, 512 KiB", req)
+	}
+}
+
+// TestIdleLoopsLeaveTheBudget: loops whose partitions have nothing new come
+// down to idleReservation each, not a partition share, so that the Budget
+// stays with the loops that have data; a record produced then still comes
+// back at once.
+func TestIdleLoopsLeaveTheBudget(t *testing.T) {
+	c, cl := testCluster(t, 4, "t")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	budget := NewBudget(64 << 20)
+	f := New(cl, leaders.New(cl), Options{Budget: budget, MaxWait: 20 * time.Millisecond})
+	f.clients = append(f.clients, cl) // a second loop for the broker
+	chunks := map[TP]<-chan Chunk{}
+	for p := range int32(4) {
+		chunks[TP{"t", p}], _ = f.Assign(TP{"t", p}, 0)
+	}
+	go func() { _ = f.Run(ctx) }()
+
+	// Halving from a share to 64 KiB takes four fetches of each loop.
+	time.Sleep(time.Second)
+	var most int64
+	for range 200 {
+		most = max(most, budget.Used())
+		time.Sleep(2 * time.Millisecond)
+	}
+	if most == 0 {
+		t.Fatal("no loop held any budget: none fetched")
+	}
+	if most > 2*idleReservation {
+		t.Errorf("two idle loops held up to %d bytes of the budget, want at most %d (%d each)", most, 2*idleReservation, idleReservation)
+	}
+
+	prod, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(kgo.NoCompression()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	big := make([]byte, 300<<10) // one batch above the idle loop's MaxBytes
+	if err := prod.ProduceSync(ctx, &kgo.Record{Topic: "t", Partition: 2, Value: big}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	for got := false; !got; {
+		select {
+		case ch := <-chunks[TP{"t", 2}]:
+			if ch.Err != nil {
+				t.Fatal(ch.Err)
+			}
+			got = len(ch.Records) >= len(big) // chunks without records carry ends
+			f.Done(ch)
+		case <-ctx.Done():
+			t.Fatal("the record produced to an idle partition never came back")
+		}
 	}
 }

@@ -189,7 +189,7 @@ func Start(opts ...Option) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	tlsOpt, clientTLS, caPEM, err := cfg.tlsOptions()
+	serverTLS, clientTLS, caPEM, err := cfg.tlsOptions()
 	if err != nil {
 		return nil, err
 	}
@@ -212,10 +212,10 @@ func Start(opts ...Option) (*Cluster, error) {
 			if cfg.link != nil {
 				ln = cfg.link.Listener(ln)
 			}
-			if !cfg.tls {
-				ln = compatListener{ln}
+			if serverTLS != nil {
+				ln = tls.NewListener(ln, serverTLS)
 			}
-			return gatedListener{ln, ready}, nil
+			return gatedListener{compatListener{ln}, ready}, nil
 		}),
 	}
 	if cfg.firstPort > 0 {
@@ -235,9 +235,6 @@ func Start(opts ...Option) (*Cluster, error) {
 		kopts = append(kopts, kfake.SeedTopics(st.partitions, st.topics...))
 	}
 	kopts = append(kopts, authOpts...)
-	if tlsOpt != nil {
-		kopts = append(kopts, tlsOpt)
-	}
 	kopts = append(kopts, cfg.kfakeOpts...)
 
 	kc, err := kfake.NewCluster(kopts...)
@@ -261,6 +258,7 @@ func Start(opts ...Option) (*Cluster, error) {
 			now:    time.Now,
 		}
 		s.install()
+		installFetchCut(kc)
 		if !cfg.acls {
 			installSecurityDisabled(kc)
 		}

@@ -4,15 +4,15 @@ import (
 	"crypto/tls"
 	"fmt"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/internal/certs"
 )
 
-// TLS listeners. kfake serves TLS on every broker when given a server
-// tls.Config; with SASL users too, connections are SASL_SSL. kfake has no
-// OAUTHBEARER.
+// TLS listeners. devcluster serves TLS on every broker itself, in the
+// listener it gives kfake (under compatConn, which must read the requests and
+// answers in the clear); with SASL users too, connections are SASL_SSL.
+// kfake has no OAUTHBEARER.
 
 // TLS makes every broker listen with TLS only, with a certificate for
 // localhost and 127.0.0.1 signed by a CA made for this cluster (CACertPEM).
@@ -25,9 +25,9 @@ func TLSCertificate(cert tls.Certificate) Option {
 	return option(func(c *config) { c.tls, c.tlsCert = true, &cert })
 }
 
-// tlsOptions returns the kfake option for TLS, and the client config the
-// helpers connect with; nil without TLS.
-func (c *config) tlsOptions() (kfake.Opt, *tls.Config, []byte, error) {
+// tlsOptions returns the brokers' server TLS config, and the client config
+// the helpers connect with; nil without TLS.
+func (c *config) tlsOptions() (server, client *tls.Config, caPEM []byte, err error) {
 	if !c.tls {
 		return nil, nil, nil, nil
 	}
@@ -35,7 +35,7 @@ func (c *config) tlsOptions() (kfake.Opt, *tls.Config, []byte, error) {
 		// The helpers connect to 127.0.0.1 and cannot know the issuer
 		// of a certificate given to them; they only need to reach
 		// their own cluster.
-		return kfake.TLS(&tls.Config{Certificates: []tls.Certificate{*c.tlsCert}, MinVersion: tls.VersionTLS12}),
+		return &tls.Config{Certificates: []tls.Certificate{*c.tlsCert}, MinVersion: tls.VersionTLS12},
 			&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, nil, nil //nolint:gosec // own cluster on loopback
 	}
 	ca, err := certs.NewCA("kmirror dev-cluster " + c.name)
@@ -50,7 +50,7 @@ func (c *config) tlsOptions() (kfake.Opt, *tls.Config, []byte, error) {
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("devcluster: %w", err)
 	}
-	return kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}),
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 		&tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}, ca.CertPEM(), nil
 }
 
