@@ -551,8 +551,11 @@ func (f *Fetcher) brokerLoop(ctx context.Context, key loopKey) {
 			// fetch is then a full one.
 			sess.id = resp.SessionID
 		}
-		returned := f.handleResponse(ctx, key, &sess, resp, gens)
+		returned, cut := f.handleResponse(ctx, key, &sess, resp, gens)
 		f.opts.Budget.Release(reserved)
+		if cut {
+			returned = reserved // as full: the fetch left data behind
+		}
 		sess.growReservation(&f.opts, reserved, returned)
 	}
 }
@@ -765,7 +768,14 @@ func (f *Fetcher) buildRequest(ctx context.Context, key loopKey, sess *session) 
 
 // handleResponse delivers what resp returned and says how many bytes of
 // records that was.
-func (f *Fetcher) handleResponse(ctx context.Context, key loopKey, sess *session, resp *kmsg.FetchResponse, gens map[TP]uint64) (returned int64) {
+//
+// cut says that the response left data of a partition behind though its
+// share had room: the request's MaxBytes ran out before it (Kafka sends the
+// partitions after that point without records, kfake leaves them out). The
+// loop then grows its reservation as after a full fetch, or a partition the
+// broker puts after busier ones would wait for as long as those have data:
+// kfake puts the partitions a request names, those that moved, first.
+func (f *Fetcher) handleResponse(ctx context.Context, key loopKey, sess *session, resp *kmsg.FetchResponse, gens map[TP]uint64) (returned int64, cut bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var staleSession bool
@@ -848,6 +858,9 @@ func (f *Fetcher) handleResponse(ctx context.Context, key loopKey, sess *session
 				// wide-area link the share must grow to fill it.
 				p.maxBytes = min(p.maxBytes*2, growMaxBytes)
 			}
+			if len(rp.RecordBatches) == 0 && rp.LastStableOffset > p.offset {
+				cut = true
+			}
 			if next > p.offset {
 				p.offset = next
 			} else if len(whole) == 0 {
@@ -871,7 +884,7 @@ func (f *Fetcher) handleResponse(ctx context.Context, key loopKey, sess *session
 			f.deliverLocked(p, c)
 		}
 	}
-	return returned
+	return returned, cut
 }
 
 // gensOffset is the offset the session was fetching tp from when it

@@ -537,3 +537,63 @@ func TestIdleLoopsLeaveTheBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestCutFetchGrows: a response that leaves a partition's committed data
+// behind though the partition sent nothing (the request's MaxBytes ran out
+// before it) counts as full, so the loop's next reservation doubles; one
+// whose empty partitions have nothing committed past their offset does not.
+func TestCutFetchGrows(t *testing.T) {
+	_, cl := testCluster(t, 2, "t")
+	ctx := context.Background()
+	f := New(cl, leaders.New(cl), Options{})
+	gens := map[TP]uint64{}
+	for p := range int32(2) {
+		tp := TP{"t", p}
+		_, gens[tp] = f.Assign(tp, 0)
+		f.parts[tp].leader = 0
+	}
+	batch := oneBatch(t)
+	for _, tc := range []struct {
+		name string
+		lso  int64 // partition 1's last stable offset; it sends no records
+		cut  bool
+	}{
+		{"partition 1 left behind", 5, true},
+		{"partition 1 has nothing committed", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for p := range int32(2) {
+				f.parts[TP{"t", p}].offset = 0
+			}
+			resp := kmsg.NewPtrFetchResponse()
+			rt := kmsg.NewFetchResponseTopic()
+			rt.Topic = "t"
+			p0, p1 := kmsg.NewFetchResponseTopicPartition(), kmsg.NewFetchResponseTopicPartition()
+			p0.Partition, p0.HighWatermark, p0.LastStableOffset, p0.RecordBatches = 0, 1, 1, batch
+			p1.Partition, p1.HighWatermark, p1.LastStableOffset = 1, tc.lso, tc.lso
+			rt.Partitions = append(rt.Partitions, p0, p1)
+			resp.Topics = append(resp.Topics, rt)
+			var sess session
+			sess.reset()
+			returned, cut := f.handleResponse(ctx, loopKey{0, 0}, &sess, resp, gens)
+			if returned != int64(len(batch)) || cut != tc.cut {
+				t.Fatalf("returned %d, cut %v; want %d, %v", returned, cut, len(batch), tc.cut)
+			}
+			for p := range int32(2) {
+				for len(f.parts[TP{"t", p}].out) > 0 {
+					f.Done(<-f.parts[TP{"t", p}].out)
+				}
+			}
+		})
+	}
+}
+
+// oneBatch is a raw batch of one record at offset 0.
+func oneBatch(t *testing.T) []byte {
+	t.Helper()
+	b, err := recordbatch.Build(recordbatch.CodecNone, 0, 0, 0, -1, -1, -1, []recordbatch.Record{{Offset: 0, Value: []byte("v")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
