@@ -258,7 +258,6 @@ func Start(opts ...Option) (*Cluster, error) {
 			now:    time.Now,
 		}
 		s.install()
-		installFetchCut(kc)
 		if !cfg.acls {
 			installSecurityDisabled(kc)
 		}
