@@ -104,6 +104,20 @@ func (a *agentUnderTest) follow() {
 	}
 }
 
+// waitGrant returns a's latest grant of item k once a's follow has recorded
+// it: the view that waitSettled read may be ahead of it.
+func waitGrant(t *testing.T, a *agentUnderTest, k string) Grant {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if g, ok := a.grant(k); ok {
+			return g
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent %s holds %s in its view but never recorded its grant", a.id, k)
+		}
+	}
+}
+
 // grant returns a's latest grant of item k.
 func (a *agentUnderTest) grant(k string) (Grant, bool) {
 	a.mu.Lock()
@@ -383,7 +397,7 @@ func testGroup(t *testing.T, engine devcluster.EngineKind) {
 		if owner[k] != "a" {
 			continue // moved in a rebalance: granted as an orphan, checked below
 		}
-		g, _ := agents[0].grant(k)
+		g := waitGrant(t, agents[0], k)
 		if g.WritableAt.Sub(oldFenced) < testGrace || g.WritableAt.Sub(g.Since) != testSession {
 			t.Errorf("item %s of the replaced process: the new process may write it %v after its grant (the old one stopped %v before that grant)",
 				k, g.WritableAt.Sub(g.Since), g.Since.Sub(oldFenced))
