@@ -199,7 +199,7 @@ func testAgentGroup(t *testing.T, e engine) {
 		}
 		missing = nil
 		for i := range mirrors {
-			if !strings.Contains(string(out), fmt.Sprintf("\n    m%d\t2 partition(s) (2 MIRRORING), max lag ", i)) {
+			if !strings.Contains(string(out), fmt.Sprintf("\n    m%d\t2 partition(s) MIRRORING=2, max lag ", i)) {
 				missing = append(missing, fmt.Sprintf("m%d", i))
 			}
 		}

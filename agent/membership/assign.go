@@ -202,15 +202,7 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 		kept[slices.Index(kept, slices.Min(kept))] += w
 	}
 	for {
-		hi, lo := 0, 0
-		for j := range members {
-			if kept[j] > kept[hi] {
-				hi = j
-			}
-			if kept[j] < kept[lo] {
-				lo = j
-			}
-		}
+		hi, lo := extremes(kept)
 		if len(mine[hi]) < 2 {
 			break
 		}

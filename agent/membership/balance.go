@@ -31,19 +31,27 @@ func wouldMove(owned [][]int64) bool {
 		return false
 	}
 	load := make([]int64, len(owned))
-	hi, lo := 0, 0
 	for i, ws := range owned {
 		for _, w := range ws {
 			load[i] += w
 		}
-		if load[i] > load[hi] {
-			hi = i
+	}
+	hi, lo := extremes(load)
+	return len(owned[hi]) >= 2 && worthMoving(load[hi], load[lo], slices.Min(owned[hi]))
+}
+
+// extremes are the most and the least loaded members, the first of each
+// in load's order: the pair assign moves an item between.
+func extremes(load []int64) (hi, lo int) {
+	for j := range load {
+		if load[j] > load[hi] {
+			hi = j
 		}
-		if load[i] < load[lo] {
-			lo = i
+		if load[j] < load[lo] {
+			lo = j
 		}
 	}
-	return len(owned[hi]) >= 2 && worthMoving(load[hi], load[lo], slices.Min(owned[hi]))
+	return hi, lo
 }
 
 // unbalancedLocked says whether the weights this member measured call for

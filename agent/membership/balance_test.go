@@ -91,7 +91,7 @@ func TestBalanceAgreesWithLeader(t *testing.T) {
 
 // TestBalanceDelay: a asks only once its measurements have called for a
 // rebalance for BalanceDelay, never while the generation moves items, and
-// the generation that follows (carrying its weights) stops the asking.
+// not again once the rebalance it asked for has settled.
 func TestBalanceDelay(t *testing.T) {
 	work := []Item{{Key: "t/00"}, {Key: "t/01"}, {Key: "t/02"}, {Key: "t/03"}}
 	members := []joined{

@@ -11,16 +11,16 @@ import (
 // a source, as Apache Kafka's do and its Java admin client requires, and the
 // answer is still kfake's (topic id, partitions, errors).
 func TestCreateTopicsConfigSources(t *testing.T) {
-	for _, lenient := range []bool{false, true} {
-		opts := []Option{}
-		if lenient {
-			opts = append(opts, Lenient())
-		}
-		c := startT(t, opts...)
+	// Over TLS too: the dev clusters serve it beneath compatConn.
+	for _, tc := range []struct {
+		name string
+		opts []Option
+	}{{"strict", nil}, {"lenient", []Option{Lenient()}}, {"TLS", []Option{TLS()}}} {
+		c := startT(t, tc.opts...)
 		if err := c.Kfake().CreateTopic("exists", 1, nil); err != nil {
 			t.Fatal(err)
 		}
-		cl := newClient(t, c)
+		cl := newClient(t, c, c.tlsOpt()...)
 		req := kmsg.NewPtrCreateTopicsRequest()
 		req.TimeoutMillis = 5000
 		for _, name := range []string{"sourced", "exists"} {
@@ -57,12 +57,12 @@ func TestCreateTopicsConfigSources(t *testing.T) {
 					want = kmsg.ConfigSourceDynamicTopicConfig
 				}
 				if cfg.Source != int8(want) {
-					t.Errorf("lenient %v: config %s has source %d, want %d", lenient, cfg.Name, cfg.Source, want)
+					t.Errorf("%s: config %s has source %d, want %d", tc.name, cfg.Name, cfg.Source, want)
 				}
 			}
 		}
 		if created != 1 || refused != 1 {
-			t.Fatalf("lenient %v: %d topics created, %d refused; want one of each", lenient, created, refused)
+			t.Fatalf("%s: %d topics created, %d refused; want one of each", tc.name, created, refused)
 		}
 	}
 }

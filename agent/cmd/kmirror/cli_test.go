@@ -69,7 +69,7 @@ func (fixtureBackend) Describe() []coordinator.MirrorStatus {
 				mirrorapi.SyncGroups:     {LastSuccess: "2026-11-30T12:00:01Z", Items: 4},
 				mirrorapi.SyncACLs:       {Errors: 7, LastError: "the destination has no authorizer"},
 			},
-			SourceClusterID: "src-cluster", TopicConfigExclude: []string{"follower.replication.throttled.replicas"},
+			SourceClusterID: "src-cluster", Agent: "a1", TopicConfigExclude: []string{"follower.replication.throttled.replicas"},
 			GroupsInclude: []string{"app-.*"}, GroupsExclude: []string{"app-test"}, ACLInclude: []string{"TOPIC;foo.*"},
 			MetadataRefreshIntervalMs: 30000, TxnTimeoutMs: 3600000, TxnTimeoutFrom: "destination transaction.max.timeout.ms=3600000 (lowest, on broker(s) [0 1 2])"},
 		{Name: "mig", Source: mirrorapi.Source{BootstrapServers: []string{"old:9092"}}, Error: "connecting to source old:9092: dial tcp: lookup old: no such host",

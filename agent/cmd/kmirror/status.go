@@ -5,9 +5,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/kmirror/kmirror/internal/mirrorapi"
@@ -29,7 +26,8 @@ func runStatus(ctx context.Context, args []string) error {
 	}
 	// newClient applies the --ca-cert and --client-* flags agentFlags
 	// registered.
-	st, err := newClient(*addr, *token).Agent(ctx)
+	cl := newClient(*addr, *token)
+	st, err := cl.Agent(ctx)
 	if err != nil {
 		return err
 	}
@@ -46,7 +44,7 @@ func runStatus(ctx context.Context, args []string) error {
 	// Each mirror's partitions and lag, as the agent that runs it
 	// describes it: the list the agent gathers from the whole group.
 	described := map[string]mirrorapi.Mirror{}
-	ms, err := newClient(*addr, *token).Describe(ctx)
+	ms, err := cl.Describe(ctx)
 	for _, m := range ms {
 		described[m.Name] = m
 	}
@@ -64,20 +62,14 @@ func runStatus(ctx context.Context, args []string) error {
 	return nil
 }
 
-// partitionsLine sums up a mirror's partitions: how many, by state, and the
-// largest lag.
+// partitionsLine sums up a mirror's partitions: how many, by state (as
+// kmirror list shows them), and the largest lag.
 func partitionsLine(m mirrorapi.Mirror) string {
 	var n int
-	var states []string
-	for _, st := range slices.Sorted(maps.Keys(m.StateCounts)) {
-		n += m.StateCounts[st]
-		states = append(states, fmt.Sprintf("%d %s", m.StateCounts[st], st))
+	for _, c := range m.StateCounts {
+		n += c
 	}
-	line := fmt.Sprintf("%d partition(s)", n)
-	if len(states) > 0 {
-		line += " (" + strings.Join(states, ", ") + ")"
-	}
-	line += fmt.Sprintf(", max lag %d", m.MaxLag)
+	line := fmt.Sprintf("%d partition(s) %s, max lag %d", n, states(m.StateCounts), m.MaxLag)
 	if m.Error != "" {
 		line += "; error: " + m.Error
 	}
