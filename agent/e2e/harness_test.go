@@ -351,7 +351,10 @@ func (p *pair) waitProgress(t *testing.T, a *agent, topic string, minEnd map[int
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("destination of %s did not reach %v within %v: %v (last error %v)\nDescribe:\n%s", topic, minEnd, timeout, last, err, a.describe())
+			qctx, qcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer qcancel()
+			src, _ := listBounds(qctx, p.srcAdm, topic)
+			t.Fatalf("destination of %s did not reach %v within %v: %v (last error %v)\nsource %v\nDescribe:\n%s", topic, minEnd, timeout, last, err, src, a.describe())
 		case <-time.After(pollEvery):
 		}
 	}

@@ -181,6 +181,34 @@ type part struct {
 	// stream is the loop of its leader that fetches it (an index into
 	// Fetcher.clients), chosen when the leader is.
 	stream int
+	// lost counts the times in a row its leader was lost (a leadership
+	// error, or its broker failing) without a fetch of it succeeding in
+	// between; from the second, the leader is looked up again only at
+	// resolveAt (see loseLeaderLocked).
+	lost      int
+	resolveAt time.Time
+}
+
+// Pauses before looking up a lost leader again, from the second loss in a
+// row: a broker that metadata names as leader but that refuses the
+// partition (metadata not yet propagated, or an old connection to a broker
+// that moved) or cannot be reached would otherwise cost a fetch and a
+// metadata request per round trip, thousands a second.
+const (
+	lostBackoff    = 50 * time.Millisecond
+	maxLostBackoff = time.Second
+)
+
+// loseLeaderLocked forgets p's leader, so that it is looked up again: at
+// once after a first loss (leaders move), after a growing pause when the
+// loss repeats.
+func (f *Fetcher) loseLeaderLocked(p *part) {
+	p.leader = -1
+	f.meta.Invalidate(p.tp.Topic)
+	p.lost = min(p.lost+1, 8)
+	if p.lost > 1 {
+		p.resolveAt = time.Now().Add(min(lostBackoff<<(p.lost-2), maxLostBackoff))
+	}
 }
 
 // loopKey names a fetch loop: a broker and one of its streams.
@@ -197,8 +225,11 @@ type Fetcher struct {
 
 	mu    sync.Mutex
 	parts map[TP]*part
-	loops map[loopKey]context.CancelFunc
-	wake  chan struct{} // closed and replaced when there may be new work
+	// followed is, per client, the meta.Moves count its broker addresses
+	// were last brought up to (see followMoves).
+	followed []uint64
+	loops    map[loopKey]context.CancelFunc
+	wake     chan struct{} // closed and replaced when there may be new work
 	// failing: brokers whose last fetch failed, counted in
 	// Counters.Failing until a fetch there succeeds or nothing is
 	// fetched there any more. (A failed fetch ends the broker's loop, so
@@ -235,7 +266,38 @@ func (f *Fetcher) setFailingLocked(broker int32, v bool) {
 func New(cl *kgo.Client, meta *leaders.Cache, opts Options) *Fetcher {
 	opts.defaults()
 	clients := append([]*kgo.Client{cl}, opts.Connections...)
-	return &Fetcher{clients: clients, meta: meta, opts: opts, parts: map[TP]*part{}, loops: map[loopKey]context.CancelFunc{}, wake: make(chan struct{}), failing: map[int32]bool{}}
+	return &Fetcher{clients: clients, meta: meta, opts: opts, parts: map[TP]*part{}, loops: map[loopKey]context.CancelFunc{}, wake: make(chan struct{}), failing: map[int32]bool{},
+		followed: make([]uint64, len(clients))}
+}
+
+// followMoves brings the broker addresses of the client of stream up to
+// those the leaders cache has seen. The first client's addresses follow by
+// themselves: the cache's metadata requests go through it, and a client
+// learns addresses from every metadata response it reads. The others fetch
+// only, so when a broker came back at another address they would go on
+// using the old one until their own metadata aged out, minutes later: a
+// stall of the partitions on their loops (kfake, whose removed brokers
+// keep their connections, answered them NOT_LEADER_FOR_PARTITION).
+func (f *Fetcher) followMoves(ctx context.Context, stream int) {
+	if stream == 0 {
+		return
+	}
+	moves := f.meta.Moves()
+	f.mu.Lock()
+	done := f.followed[stream] == moves
+	f.mu.Unlock()
+	if done {
+		return
+	}
+	req := kmsg.NewPtrMetadataRequest()
+	req.Topics = []kmsg.MetadataRequestTopic{} // brokers only
+	if _, err := req.RequestWith(ctx, f.clients[stream]); err != nil {
+		f.opts.Logger.Debug("refreshing broker addresses", "stream", stream, "error", err)
+		return
+	}
+	f.mu.Lock()
+	f.followed[stream] = max(f.followed[stream], moves)
+	f.mu.Unlock()
 }
 
 // setLeaderLocked records p's leader and gives p the stream of that leader
@@ -354,12 +416,16 @@ func (f *Fetcher) Run(ctx context.Context) error {
 		need := map[int32]bool{}
 		loops := map[loopKey]bool{}
 		unresolved := false
+		next := time.Second // until the next lookup of leaders
 		for _, p := range f.parts {
 			if p.leader >= 0 {
 				need[p.leader] = true
 				loops[loopKey{p.leader, p.stream}] = true
 			} else {
 				unresolved = true
+				if d := time.Until(p.resolveAt); d > 0 {
+					next = min(next, d)
+				}
 			}
 		}
 		for id := range f.failing {
@@ -383,7 +449,7 @@ func (f *Fetcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-wake:
-		case <-time.After(time.Second):
+		case <-time.After(next):
 		}
 	}
 }
@@ -392,8 +458,9 @@ func (f *Fetcher) Run(ctx context.Context) error {
 func (f *Fetcher) resolveLeaders(ctx context.Context) {
 	f.mu.Lock()
 	var todo []TP
+	now := time.Now()
 	for tp, p := range f.parts {
-		if p.leader < 0 {
+		if p.leader < 0 && !now.Before(p.resolveAt) {
 			todo = append(todo, tp)
 		}
 	}
@@ -481,6 +548,7 @@ func (f *Fetcher) brokerLoop(ctx context.Context, key loopKey) {
 	// steady run of successes does not take f.mu for it at every fetch.
 	mayBeFailing := true
 	for ctx.Err() == nil {
+		f.followMoves(ctx, key.stream)
 		req, gens, wait := f.buildRequest(ctx, key, &sess)
 		if req == nil {
 			select {
@@ -565,8 +633,7 @@ func (f *Fetcher) invalidateBroker(broker int32) {
 	defer f.mu.Unlock()
 	for _, p := range f.parts {
 		if p.leader == broker {
-			p.leader = -1
-			f.meta.Invalidate(p.tp.Topic)
+			f.loseLeaderLocked(p)
 		}
 	}
 	for s := range f.clients {
@@ -799,9 +866,9 @@ func (f *Fetcher) handleResponse(ctx context.Context, key loopKey, sess *session
 			err := kerr.ErrorForCode(rp.ErrorCode)
 			switch {
 			case err == nil:
+				p.lost = 0
 			case leaders.IsLeadershipError(err) || errors.Is(err, kerr.KafkaStorageError):
-				p.leader = -1
-				f.meta.Invalidate(tp.Topic)
+				f.loseLeaderLocked(p)
 				sess.invalidate(tp)
 				f.wakeLocked()
 				continue

@@ -40,6 +40,7 @@ type Cache struct {
 	topics  map[string]Topic
 	fetched map[string]time.Time
 	brokers map[int32]string // host:port by node id, from the last metadata
+	moves   uint64           // times a broker's address changed in brokers
 }
 
 // New returns a cache that asks cl for metadata.
@@ -125,7 +126,11 @@ func (c *Cache) Refresh(ctx context.Context, topic string) (Topic, error) {
 	c.topics[topic] = t
 	c.fetched[topic] = time.Now()
 	for _, b := range resp.Brokers {
-		c.brokers[b.NodeID] = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
+		addr := net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
+		if old, ok := c.brokers[b.NodeID]; ok && old != addr {
+			c.moves++
+		}
+		c.brokers[b.NodeID] = addr
 	}
 	c.mu.Unlock()
 	return t, nil
@@ -138,6 +143,16 @@ func (c *Cache) Broker(node int32) (string, bool) {
 	defer c.mu.Unlock()
 	a, ok := c.brokers[node]
 	return a, ok
+}
+
+// Moves counts the times a broker came back at another address than the
+// one the cache had for it (a restarted broker, a rescheduled pod). Clients
+// that do not ask for metadata themselves compare it with what they last
+// followed, see fetcher's followMoves.
+func (c *Cache) Moves() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.moves
 }
 
 // Invalidate drops what is cached for topic, so the next lookup refreshes.
