@@ -490,23 +490,29 @@ type session struct {
 	want int64
 }
 
+// idleReservation is the least a loop reserves: what a loop whose fetches
+// come back nearly empty settles at. A fetch reserves its MaxBytes until
+// answered, including a long poll of partitions that have nothing new, so
+// idle loops holding a partition share (1 MiB) each would keep the Budget
+// from the loops that have data: an agent of 40 mirrors of a 3-broker
+// source runs 240 loops, 240 MiB of the default 256. Kafka returns a whole
+// first batch whatever MaxBytes says, so a small reservation never stalls a
+// loop, and a loop whose data comes back doubles its reservation at each
+// full fetch. (kfake left out the aborted transactions of a partition whose
+// data the request's MaxBytes cut, which small requests make common; the
+// dev clusters mend that, see devcluster/fetchcut.go.)
+const idleReservation = 64 << 10
+
 // growReservation sets the loop's next reservation from what its last fetch
 // returned: doubled, up to MaxBytes, when that came back at least 3/4 full;
-// halved, down to PartitionMaxBytes, when under a quarter. A fetch reserves
-// its MaxBytes until answered, including a long poll of partitions that have
-// nothing new, so a loop reserving MaxBytes when idle would keep the
-// Budget from the loops that have data (an agent of many mirrors and
-// brokers, each with its loops): idle loops hold a partition share each.
-// Not less: kfake leaves out the aborted transactions of a partition whose
-// data a fetch's MaxBytes cut (Kafka lists them), and with idle loops at
-// 64 KiB aborted source records became visible on the destination
-// (TestTransactions, TestLeaseTakeover, TestAgentGroup).
+// halved, down to idleReservation (or PartitionMaxBytes when smaller), when
+// under a quarter.
 func (s *session) growReservation(o *Options, reserved, returned int64) {
 	switch {
 	case returned >= reserved*3/4:
 		s.want = min(s.want*2, int64(o.MaxBytes))
 	case returned < reserved/4:
-		s.want = max(s.want/2, int64(o.PartitionMaxBytes))
+		s.want = max(s.want/2, min(idleReservation, int64(o.PartitionMaxBytes)))
 	}
 }
 
@@ -613,8 +619,11 @@ func (f *Fetcher) brokerLoop(ctx context.Context, key loopKey) {
 			// fetch is then a full one.
 			sess.id = resp.SessionID
 		}
-		returned := f.handleResponse(ctx, key, &sess, resp, gens)
+		returned, cut := f.handleResponse(ctx, key, &sess, resp, gens)
 		f.opts.Budget.Release(reserved)
+		if cut {
+			returned = reserved // as full: the fetch left data behind
+		}
 		sess.growReservation(&f.opts, reserved, returned)
 	}
 }
@@ -690,9 +699,10 @@ func (f *Fetcher) buildRequest(ctx context.Context, key loopKey, sess *session) 
 	}
 	var reserved int64
 	if len(ready) > 0 {
-		// sess.want stays within [PartitionMaxBytes, MaxBytes] (defaults):
-		// a loop takes what is free down to a partition share.
-		reserved = f.opts.Budget.Reserve(sess.want, int64(f.opts.PartitionMaxBytes))
+		// A loop that wants more than a partition share takes what is
+		// free down to a share; an idle one takes its little or nothing.
+		// sess.want stays within MaxBytes (defaults, growReservation).
+		reserved = f.opts.Budget.Reserve(sess.want, min(sess.want, int64(f.opts.PartitionMaxBytes)))
 	}
 	if reserved == 0 {
 		var budget <-chan struct{}
@@ -825,7 +835,14 @@ func (f *Fetcher) buildRequest(ctx context.Context, key loopKey, sess *session) 
 
 // handleResponse delivers what resp returned and says how many bytes of
 // records that was.
-func (f *Fetcher) handleResponse(ctx context.Context, key loopKey, sess *session, resp *kmsg.FetchResponse, gens map[TP]uint64) (returned int64) {
+//
+// cut says that the response left data of a partition behind though its
+// share had room: the request's MaxBytes ran out before it (Kafka sends the
+// partitions after that point without records, kfake leaves them out). The
+// loop then grows its reservation as after a full fetch, or a partition the
+// broker puts after busier ones would wait for as long as those have data:
+// kfake puts the partitions a request names, those that moved, first.
+func (f *Fetcher) handleResponse(ctx context.Context, key loopKey, sess *session, resp *kmsg.FetchResponse, gens map[TP]uint64) (returned int64, cut bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var staleSession bool
@@ -908,6 +925,9 @@ func (f *Fetcher) handleResponse(ctx context.Context, key loopKey, sess *session
 				// wide-area link the share must grow to fill it.
 				p.maxBytes = min(p.maxBytes*2, growMaxBytes)
 			}
+			if len(rp.RecordBatches) == 0 && rp.LastStableOffset > p.offset {
+				cut = true
+			}
 			if next > p.offset {
 				p.offset = next
 			} else if len(whole) == 0 {
@@ -931,7 +951,7 @@ func (f *Fetcher) handleResponse(ctx context.Context, key loopKey, sess *session
 			f.deliverLocked(p, c)
 		}
 	}
-	return returned
+	return returned, cut
 }
 
 // gensOffset is the offset the session was fetching tp from when it

@@ -398,7 +398,9 @@ func TestGrowReservation(t *testing.T) {
 		{"full at MaxBytes: stays", 32 << 20, 32 << 20, 32 << 20, 32 << 20},
 		{"half full: stays", 8 << 20, 8 << 20, 4 << 20, 8 << 20},
 		{"nearly empty: halves", 8 << 20, 8 << 20, 1 << 10, 4 << 20},
-		{"empty at a share: stays", 1 << 20, 1 << 20, 0, 1 << 20},
+		{"empty at a share: halves", 1 << 20, 1 << 20, 0, 512 << 10},
+		{"empty at the idle reservation: stays", idleReservation, idleReservation, 0, idleReservation},
+		{"an oversized batch after idling: doubles", idleReservation, idleReservation, 900 << 10, 2 * idleReservation},
 		{"reserved less than wanted, full: doubles the want", 8 << 20, 2 << 20, 2 << 20, 16 << 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -479,4 +481,119 @@ func TestShareWithinMaxBytes(t *testing.T) {
 	if req == nil || req.MaxBytes != 512<<10 {
 		t.Fatalf("first fetch %v; want one asking for MaxBytes, 512 KiB", req)
 	}
+}
+
+// TestIdleLoopsLeaveTheBudget: loops whose partitions have nothing new come
+// down to idleReservation each, not a partition share, so that the Budget
+// stays with the loops that have data; a record produced then still comes
+// back at once.
+func TestIdleLoopsLeaveTheBudget(t *testing.T) {
+	c, cl := testCluster(t, 4, "t")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	budget := NewBudget(64 << 20)
+	f := New(cl, leaders.New(cl), Options{Budget: budget, MaxWait: 20 * time.Millisecond})
+	f.clients = append(f.clients, cl) // a second loop for the broker
+	chunks := map[TP]<-chan Chunk{}
+	for p := range int32(4) {
+		chunks[TP{"t", p}], _ = f.Assign(TP{"t", p}, 0)
+	}
+	go func() { _ = f.Run(ctx) }()
+
+	// Halving from a share to 64 KiB takes four fetches of each loop.
+	time.Sleep(time.Second)
+	var most int64
+	for range 200 {
+		most = max(most, budget.Used())
+		time.Sleep(2 * time.Millisecond)
+	}
+	if most == 0 {
+		t.Fatal("no loop held any budget: none fetched")
+	}
+	if most > 2*idleReservation {
+		t.Errorf("two idle loops held up to %d bytes of the budget, want at most %d (%d each)", most, 2*idleReservation, idleReservation)
+	}
+
+	prod, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(kgo.NoCompression()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	big := make([]byte, 300<<10) // one batch above the idle loop's MaxBytes
+	if err := prod.ProduceSync(ctx, &kgo.Record{Topic: "t", Partition: 2, Value: big}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	for got := false; !got; {
+		select {
+		case ch := <-chunks[TP{"t", 2}]:
+			if ch.Err != nil {
+				t.Fatal(ch.Err)
+			}
+			got = len(ch.Records) >= len(big) // chunks without records carry ends
+			f.Done(ch)
+		case <-ctx.Done():
+			t.Fatal("the record produced to an idle partition never came back")
+		}
+	}
+}
+
+// TestCutFetchGrows: a response that leaves a partition's committed data
+// behind though the partition sent nothing (the request's MaxBytes ran out
+// before it) counts as full, so the loop's next reservation doubles; one
+// whose empty partitions have nothing committed past their offset does not.
+func TestCutFetchGrows(t *testing.T) {
+	_, cl := testCluster(t, 2, "t")
+	ctx := context.Background()
+	f := New(cl, leaders.New(cl), Options{})
+	gens := map[TP]uint64{}
+	for p := range int32(2) {
+		tp := TP{"t", p}
+		_, gens[tp] = f.Assign(tp, 0)
+		f.parts[tp].leader = 0
+	}
+	batch := oneBatch(t)
+	for _, tc := range []struct {
+		name string
+		lso  int64 // partition 1's last stable offset; it sends no records
+		cut  bool
+	}{
+		{"partition 1 left behind", 5, true},
+		{"partition 1 has nothing committed", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for p := range int32(2) {
+				f.parts[TP{"t", p}].offset = 0
+			}
+			resp := kmsg.NewPtrFetchResponse()
+			rt := kmsg.NewFetchResponseTopic()
+			rt.Topic = "t"
+			p0, p1 := kmsg.NewFetchResponseTopicPartition(), kmsg.NewFetchResponseTopicPartition()
+			p0.Partition, p0.HighWatermark, p0.LastStableOffset, p0.RecordBatches = 0, 1, 1, batch
+			p1.Partition, p1.HighWatermark, p1.LastStableOffset = 1, tc.lso, tc.lso
+			rt.Partitions = append(rt.Partitions, p0, p1)
+			resp.Topics = append(resp.Topics, rt)
+			var sess session
+			sess.reset()
+			returned, cut := f.handleResponse(ctx, loopKey{0, 0}, &sess, resp, gens)
+			if returned != int64(len(batch)) || cut != tc.cut {
+				t.Fatalf("returned %d, cut %v; want %d, %v", returned, cut, len(batch), tc.cut)
+			}
+			for p := range int32(2) {
+				for len(f.parts[TP{"t", p}].out) > 0 {
+					f.Done(<-f.parts[TP{"t", p}].out)
+				}
+			}
+		})
+	}
+}
+
+// oneBatch is a raw batch of one record at offset 0.
+func oneBatch(t *testing.T) []byte {
+	t.Helper()
+	b, err := recordbatch.Build(recordbatch.CodecNone, 0, 0, 0, -1, -1, -1, []recordbatch.Record{{Offset: 0, Value: []byte("v")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -258,6 +258,7 @@ func Start(opts ...Option) (*Cluster, error) {
 			now:    time.Now,
 		}
 		s.install()
+		installFetchCut(kc)
 		if !cfg.acls {
 			installSecurityDisabled(kc)
 		}

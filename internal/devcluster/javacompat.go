@@ -26,7 +26,8 @@ import (
 // kfake and the client's connection (above TLS, which devcluster serves
 // itself for this), notes the requests whose answers need it as they are
 // read, and re-encodes those answers as they are written, with only the
-// fields above changed.
+// fields above changed. It also cuts read_committed Fetch answers
+// (fetchcut.go).
 
 // compatListener wraps the connections kfake accepts in compatConn.
 type compatListener struct{ net.Listener }
@@ -41,6 +42,7 @@ func (l compatListener) Accept() (net.Conn, error) {
 
 // patchedKeys are the requests whose answers compatConn patches.
 var patchedKeys = map[int16]bool{
+	int16(kmsg.Fetch):                   true,
 	int16(kmsg.CreateTopics):            true,
 	int16(kmsg.DescribeTopicPartitions): true,
 }
@@ -159,6 +161,10 @@ func patchAnswer(req, frame []byte) ([]byte, bool) {
 		return nil, false
 	}
 	switch resp := kresp.(type) {
+	case *kmsg.FetchResponse:
+		if !cutFetch(kreq.(*kmsg.FetchRequest), resp) {
+			return nil, false
+		}
 	case *kmsg.CreateTopicsResponse:
 		set := map[string]map[string]bool{}
 		for _, t := range kreq.(*kmsg.CreateTopicsRequest).Topics {
