@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+
 	"github.com/kmirror/kmirror/agent/api"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 	"github.com/kmirror/kmirror/internal/workload"
@@ -303,12 +305,13 @@ func running(ctx context.Context, agents map[string]*agentProcess, owner map[str
 }
 
 // TestAgentGroupAndLeaseDoNotMix: agents of the writer lease and of a group
-// on one state topic would both write. A group agent refuses to start while
-// a lease agent renews the lease; a lease agent refuses to start while the
-// group has members. The migration they leave, under load: the lease agent
-// stops (releasing the lease), two group agents start on its state topic
-// and take its mirrors on, and every topic is offset-identical to its
-// source at the end.
+// on one state topic would both write. Group agents started while a lease
+// agent renews the lease wait, without joining the group, and say so on
+// /readyz and /v1/agent; a lease agent refuses to start while the group has
+// members. That is the migration, under load: the group agents start, the
+// lease agent stops (releasing the lease), the waiting agents join and take
+// its mirrors on, and every topic is offset-identical to its source at the
+// end.
 func TestAgentGroupAndLeaseDoNotMix(t *testing.T) {
 	forEngines(t, testAgentGroupAndLeaseDoNotMix)
 }
@@ -355,25 +358,45 @@ func testAgentGroupAndLeaseDoNotMix(t *testing.T, e engine) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	refused(groupCfg("g9"), `holds the writer lease`)
-
-	// The migration: the lease agent stops, the group starts.
-	stopped := time.Now()
-	l.Stop() // releases the lease
+	// The migration: the group agents start and wait...
 	agents := map[string]*agentProcess{}
 	for _, id := range []string{"g0", "g1"} {
 		g := startAgentProcess(t, groupCfg(id), id)
 		agents[id] = g
 		for {
-			if code, _, err := g.Ready(5 * time.Second); err == nil && code == http.StatusOK {
+			code, body, err := g.Ready(5 * time.Second)
+			if err == nil && code == http.StatusServiceUnavailable && strings.Contains(body, "waits for the agents of the writer lease") {
+				t.Logf("%s: %s", id, strings.TrimSpace(body))
 				break
 			}
+			if err == nil && code == http.StatusOK {
+				t.Fatalf("group agent %s is ready while lease agent l renews the lease", id)
+			}
 			if ctx.Err() != nil {
-				t.Fatalf("group agent %s did not become ready after the lease agent stopped", id)
+				t.Fatalf("group agent %s does not say that it waits for the lease agents: %d %q %v", id, code, body, err)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+		st, err := g.api.Agent(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Role != mirrorapi.RoleStandby || st.LeaseHolder != "l" || st.Coordination != "group" {
+			t.Fatalf("group agent %s waiting: /v1/agent %+v, want a group standby naming lease holder l", id, st)
+		}
 	}
+	groups, err := kadm.NewClient(p.dstCl).DescribeGroups(ctx, "kmirror-agents."+p.stateTopicName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range groups {
+		if len(g.Members) > 0 {
+			t.Fatalf("group %s has %d member(s) while the lease agent runs: the waiting agents joined", g.Group, len(g.Members))
+		}
+	}
+	// ...until the lease agent stops.
+	stopped := time.Now()
+	l.Stop() // releases the lease
 	var owner map[string]string
 	for ctx.Err() == nil {
 		owner = map[string]string{}
@@ -418,6 +441,14 @@ const groupSession = 6 * time.Second
 // groupHCL is the config of group agent id (HCL lines).
 func groupHCL(id string) string {
 	return fmt.Sprintf("agent_id = %q\ncoordination = \"group\"\ngroup_session_timeout = %q\n", id, groupSession)
+}
+
+// stateTopicName is the agents' state topic on the pair's destination.
+func (p *pair) stateTopicName() string {
+	if p.stateTopic == "" {
+		return "__kmirror_state"
+	}
+	return p.stateTopic
 }
 
 // stateTopicHCL names the pair's own state topic where its destination is

@@ -250,6 +250,17 @@ func runAgent(ctx context.Context, args []string) error {
 			}
 			return fmt.Errorf("acquiring the writer lease: %w", err)
 		}
+		// Group agents that joined while this one claimed (they look
+		// for a claim after joining, see leaseClaimedSince): one side
+		// sees the other before writing.
+		if err := checkNoGroup(ctx, dstOpts, cfg.StateTopic, log); err != nil {
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			if rerr := t.Release(rctx); rerr != nil {
+				log.Warn("releasing the writer lease failed; the next agent waits for it to run out", "error", rerr)
+			}
+			rcancel()
+			return err
+		}
 		err = run.term(ctx, t)
 		if err != nil || ctx.Err() != nil {
 			// Every write of the term has returned: the next agent
@@ -281,23 +292,40 @@ func (r *agentRun) group(ctx context.Context, advertise string) error {
 	if advertise == "" && r.cfg.Listen != "" {
 		return fmt.Errorf("api_advertise_url: with coordination = \"group\" and listen %q (no host), give the URL other agents reach this agent's API at, such as \"http://10.0.0.5:8080\"", r.cfg.Listen)
 	}
-	if err := r.waitLeaseAgents(ctx, id); err != nil {
-		return err
-	}
 	var co atomic.Pointer[coordinator.Coordinator]
-	m, err := membership.Join(membership.Config{
-		// One group per state topic: the agents that share one.
-		Destination: r.dstOpts, Group: groupID(r.cfg.StateTopic), AgentID: id, SessionTimeout: r.cfg.SessionTimeout(), API: advertise,
-		Items: func() []membership.Item {
-			if c := co.Load(); c != nil {
-				return c.Items()
+	var m *membership.Member
+	for m == nil {
+		dead, err := r.waitLeaseAgents(ctx, id)
+		if err != nil {
+			return err
+		}
+		joined, err := membership.Join(membership.Config{
+			// One group per state topic: the agents that share one.
+			Destination: r.dstOpts, Group: groupID(r.cfg.StateTopic), AgentID: id, SessionTimeout: r.cfg.SessionTimeout(), API: advertise,
+			Items: func() []membership.Item {
+				if c := co.Load(); c != nil {
+					return c.Items()
+				}
+				return nil
+			},
+			Logger: r.log.Named("membership"),
+		})
+		if err != nil {
+			return err
+		}
+		// A lease agent that started while this one joined: each side
+		// looks for the other after announcing itself (a lease agent
+		// after its claim, see checkNoGroup), so one of them sees the
+		// other and steps back before writing.
+		if err := r.leaseClaimedSince(ctx, id, dead, joined); err != nil {
+			joined.Close()
+			if ctx.Err() != nil {
+				return nil
 			}
-			return nil
-		},
-		Logger: r.log.Named("membership"),
-	})
-	if err != nil {
-		return err
+			r.log.Warn("an agent of the writer lease claimed it while this agent joined the group: leaving the group and waiting again", "reason", err)
+			continue
+		}
+		m = joined
 	}
 	defer m.Close() // after every write of the mirrors returned (term)
 	r.owner = m
@@ -314,42 +342,85 @@ func (r *agentRun) group(ctx context.Context, advertise string) error {
 	return r.term(ctx, nil)
 }
 
-// waitLeaseAgents keeps a group agent from writing beside an agent of the
-// writer lease on the same state topic: it refuses to start while one
-// renews the lease, and waits for a holder that stopped renewing (it died
-// without releasing) to run out.
-func (r *agentRun) waitLeaseAgents(ctx context.Context, id string) error {
+// waitLeaseAgents keeps a group agent from writing beside the agents of the
+// writer lease on the same state topic, which is how a state topic moves
+// from lease agents to a group without a gap: start the group agents, then
+// stop the lease agents. While a lease agent holds the lease, this agent
+// waits: /healthz answers, /readyz and the /v1 calls answer 503 saying
+// what it waits for. It goes on once the lease is released (the last lease
+// agent stopped cleanly) or its holder stopped renewing it and it ran out
+// (the holder died). It returns the epoch it waited out that way, 0 when
+// the lease was released or never claimed.
+func (r *agentRun) waitLeaseAgents(ctx context.Context, id string) (dead int64, err error) {
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	l, err := lease.Open(sctx, lease.Config{Destination: r.dstOpts, Topic: r.cfg.StateTopic, AgentID: id, Logger: r.log.Named("lease")})
 	if err != nil {
-		return fmt.Errorf("reading the writer lease of state topic %q: %w", r.cfg.StateTopic, err)
+		return 0, fmt.Errorf("reading the writer lease of state topic %q: %w", r.cfg.StateTopic, err)
 	}
 	defer l.Close()
 	st := l.Status()
 	if st.Holder == "" {
-		return nil
+		return 0, nil
 	}
-	r.log.Warn("the writer lease of this state topic is held: waiting to see whether its holder still renews it", "holder", st.Holder, "epoch", st.Epoch, "lease_duration", st.Duration)
+	why := func() string {
+		now := l.Status()
+		return fmt.Sprintf(`this agent (%s, coordination = "group") waits for the agents of the writer lease of state topic %q to stop: %s holds the lease (epoch %d, renewed %v ago). It joins the group once the lease is released or runs out`,
+			id, r.cfg.StateTopic, now.Holder, now.Epoch, now.SinceRenewal.Round(time.Millisecond))
+	}
+	r.srv.SetStandby(why)
+	r.srv.SetAgentStatus(func() mirrorapi.AgentStatus {
+		now := l.Status()
+		return mirrorapi.AgentStatus{AgentID: id, Role: mirrorapi.RoleStandby, Coordination: config.CoordinationGroup,
+			LeaseHolder: now.Holder, LeaseEpoch: now.Epoch, LeaseDurationMs: now.Duration.Milliseconds()}
+	})
+	r.log.Warn("waiting for the agents of the writer lease on this state topic to stop (stop them to move their mirrors to the group)", "holder", st.Holder, "epoch", st.Epoch, "lease_duration", st.Duration)
+	holder := st.Holder
 	for {
 		now := l.Status()
 		switch {
 		case now.Holder == "":
-			return nil // released
-		case now.Epoch != st.Epoch || now.SinceRenewal < st.SinceRenewal:
-			return fmt.Errorf(`coordination = "group": agent %s holds the writer lease of state topic %q (epoch %d) and renews it: it runs with coordination = "lease". Stop every lease agent of this state topic before starting the group, or give the group a state_topic of its own`,
-				now.Holder, r.cfg.StateTopic, now.Epoch)
+			r.log.Info("the writer lease was released: joining the group", "epoch", now.Epoch)
+			return 0, nil
 		case now.SinceRenewal > 2*now.Duration+lease.DefaultRequestTimeout:
-			r.log.Warn("the writer lease's holder stopped renewing it without releasing it: going on", "holder", now.Holder, "since_renewal", now.SinceRenewal)
-			return nil
+			r.log.Warn("the writer lease's holder stopped renewing it without releasing it: joining the group", "holder", now.Holder, "epoch", now.Epoch, "since_renewal", now.SinceRenewal)
+			return now.Epoch, nil
+		case now.Holder != holder:
+			r.log.Info("the writer lease moved to another lease agent: still waiting", "holder", now.Holder, "epoch", now.Epoch)
+			holder = now.Holder
 		}
-		st = now
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return 0, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// leaseClaimedSince, once m has its first generation, says (as an error)
+// whether an agent claimed the writer lease after waitLeaseAgents let this
+// one go on: a lease that is held, at another epoch than the dead one it
+// waited out. It runs before the coordinator, so before any write.
+func (r *agentRun) leaseClaimedSince(ctx context.Context, id string, dead int64, m *membership.Member) error {
+	jctx, cancel := context.WithTimeout(ctx, r.cfg.SessionTimeout()+30*time.Second)
+	defer cancel()
+	// Until the first generation, or the timeout: the check runs either
+	// way, and nothing is written without a grant.
+	for m.View().Generation <= 0 && jctx.Err() == nil {
+		select {
+		case <-jctx.Done():
+		case <-m.Changed():
+		}
+	}
+	l, err := lease.Open(jctx, lease.Config{Destination: r.dstOpts, Topic: r.cfg.StateTopic, AgentID: id, Logger: r.log.Named("lease")})
+	if err != nil {
+		return fmt.Errorf("reading the writer lease of state topic %q: %w", r.cfg.StateTopic, err)
+	}
+	defer l.Close()
+	if st := l.Status(); st.Holder != "" && st.Epoch != dead {
+		return fmt.Errorf("agent %s holds the writer lease of state topic %q (epoch %d)", st.Holder, r.cfg.StateTopic, st.Epoch)
+	}
+	return nil
 }
 
 // checkNoGroup keeps a lease agent from writing beside the agents of a
