@@ -423,8 +423,8 @@ func TestRequestsReserveBudget(t *testing.T) {
 	defer cancel()
 	const limit = 5 << 20
 	budget := NewBudget(limit)
-	f := New(cl, leaders.New(cl), Options{Budget: budget, MaxBytes: 4 << 20, PartitionMaxBytes: 1 << 20})
-	f.clients = append(f.clients, cl) // a second loop per broker
+	// A second loop per broker, on the same client.
+	f := New(cl, leaders.New(cl), Options{Budget: budget, MaxBytes: 4 << 20, PartitionMaxBytes: 1 << 20, Connections: []*kgo.Client{cl}})
 	for p := range int32(2) {
 		f.Assign(TP{"t", p}, 0)
 		f.mu.Lock()
@@ -492,8 +492,8 @@ func TestIdleLoopsLeaveTheBudget(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	budget := NewBudget(64 << 20)
-	f := New(cl, leaders.New(cl), Options{Budget: budget, MaxWait: 20 * time.Millisecond})
-	f.clients = append(f.clients, cl) // a second loop for the broker
+	// A second loop for the broker, on the same client.
+	f := New(cl, leaders.New(cl), Options{Budget: budget, MaxWait: 20 * time.Millisecond, Connections: []*kgo.Client{cl}})
 	chunks := map[TP]<-chan Chunk{}
 	for p := range int32(4) {
 		chunks[TP{"t", p}], _ = f.Assign(TP{"t", p}, 0)

@@ -46,8 +46,10 @@ import (
 //     ProduceError (leadership errors invalidate the leader cache), or a
 //     transport error for every item of the request.
 //   - A caller whose context ends gets its context's error at once. An item
-//     still queued is dropped; one already sent stays in its request and
-//     counts against its partition's window until the request is answered.
+//     still queued is dropped, and the items its partition queued behind it
+//     are answered ErrNotSent, unsent (a marker sent in its place would take
+//     its offsets); one already sent stays in its request and counts
+//     against its partition's window until the request is answered.
 //   - Transactional produces are never coalesced (a request carries the
 //     batches of one transactional id only): ProduceTxn writes them alone,
 //     to the same ordered connection.
@@ -218,6 +220,14 @@ func (x *Pending) Wait(ctx context.Context) (int64, error) {
 			if q == p {
 				s.queue = append(s.queue[:i], s.queue[i+1:]...)
 				s.unqueueLocked(p)
+				if s.queued[p.tp] > 0 {
+					// What the partition queued behind it must not
+					// go without it: markers, which have no
+					// sequence, would take its offsets. They are
+					// answered ErrNotSent, as after a failure.
+					s.failed[p.tp] = true
+					s.maybeSendLocked()
+				}
 				s.settleLocked(p.tp)
 				break
 			}

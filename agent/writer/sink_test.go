@@ -502,6 +502,55 @@ func TestProduceCancelOneCaller(t *testing.T) {
 	}
 }
 
+// TestCancelledItemHoldsBackItsPartition: a batch cancelled while queued is
+// dropped, and the marker its partition queued behind it is answered
+// ErrNotSent, never sent: sent, it would take the dropped batch's offset
+// and every record after it would be shifted. (A stopping partition
+// cancels its first queued batch and then waits for the rest of its
+// pipeline: a group agent that took the mirror over 0.7 s after the
+// previous agent's clean stop found a marker where the source had a record,
+// in 1 of 5 runs of TestAgentGroupAndLeaseDoNotMix on Kafka 4.4.0.)
+func TestCancelledItemHoldsBackItsPartition(t *testing.T) {
+	f := start(t)
+	f.oneAtATime()
+	o := observe(t, f.c, 1)
+	f.topic(t, "c", 1)
+	ctx := context.Background()
+	ipid, epoch, err := f.w.InitProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := f.async(ctx, "c", 0, batch(t, ipid, epoch, 0, 0, 1))
+	<-o.held
+	cctx, cancel := context.WithCancel(ctx)
+	cancelled := f.async(cctx, "c", 0, batch(t, ipid, epoch, 1, 0, 1))
+	mk, err := f.w.MarkersAsync(ctx, Producer{ID: 1 << 62}, "c", 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.queued(t, "c", 2)
+	cancel()
+	if r := wait(t, cancelled); !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("cancelled queued batch: offset %d, %v", r.off, r.err)
+	}
+	o.releaseReq(0)
+	if r := wait(t, first); r.err != nil || r.off != 0 {
+		t.Fatalf("first batch: offset %d, %v", r.off, r.err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if _, err := mk.Wait(wctx); !errors.Is(err, ErrNotSent) {
+		t.Fatalf("marker queued behind the cancelled batch: %v, want ErrNotSent", err)
+	}
+	if got := f.end(t, "c", 0); got != 1 {
+		t.Fatalf("c/0 ends at %d, want 1: something queued behind the cancelled batch was written", got)
+	}
+	// Settled: the partition writes again.
+	if r := wait(t, f.async(ctx, "c", 0, batch(t, ipid, epoch, 1, 0, 1))); r.err != nil || r.off != 1 {
+		t.Fatalf("next batch once settled: offset %d, %v; want 1", r.off, r.err)
+	}
+}
+
 // Transactional batches go alone in their request, even while plain ones
 // to the same broker are coalesced.
 func TestProduceTxnNotCoalesced(t *testing.T) {
