@@ -360,7 +360,7 @@ func testAgentGroupAndLeaseDoNotMix(t *testing.T, e engine) {
 	}
 	// The migration: the group agents start and wait...
 	agents := map[string]*agentProcess{}
-	for _, id := range []string{"g0", "g1"} {
+	for _, id := range []string{"g0", "g1", "g2"} {
 		g := startAgentProcess(t, groupCfg(id), id)
 		agents[id] = g
 		for {
@@ -385,6 +385,12 @@ func testAgentGroupAndLeaseDoNotMix(t *testing.T, e engine) {
 			t.Fatalf("group agent %s waiting: /v1/agent %+v, want a group standby naming lease holder l", id, st)
 		}
 	}
+	// A waiting agent stops cleanly.
+	agents["g2"].Stop()
+	if err := agents["g2"].waitErr; err != nil {
+		t.Fatalf("group agent g2, stopped while it waited: %v", err)
+	}
+	delete(agents, "g2")
 	groups, err := kadm.NewClient(p.dstCl).DescribeGroups(ctx, "kmirror-agents."+p.stateTopicName())
 	if err != nil {
 		t.Fatal(err)

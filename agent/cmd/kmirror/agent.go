@@ -297,6 +297,9 @@ func (r *agentRun) group(ctx context.Context, advertise string) error {
 	for m == nil {
 		dead, err := r.waitLeaseAgents(ctx, id)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while waiting
+			}
 			return err
 		}
 		joined, err := membership.Join(membership.Config{
