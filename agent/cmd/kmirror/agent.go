@@ -325,7 +325,7 @@ func (r *agentRun) group(ctx context.Context, advertise string) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			r.log.Warn("an agent of the writer lease claimed it while this agent joined the group: leaving the group and waiting again", "reason", err)
+			r.log.Warn("leaving the group and waiting for the lease agents again", "reason", err)
 			continue
 		}
 		m = joined
@@ -405,23 +405,28 @@ func (r *agentRun) waitLeaseAgents(ctx context.Context, id string) (dead int64, 
 // one go on: a lease that is held, at another epoch than the dead one it
 // waited out. It runs before the coordinator, so before any write.
 func (r *agentRun) leaseClaimedSince(ctx context.Context, id string, dead int64, m *membership.Member) error {
-	jctx, cancel := context.WithTimeout(ctx, r.cfg.SessionTimeout()+30*time.Second)
-	defer cancel()
-	// Until the first generation, or the timeout: the check runs either
-	// way, and nothing is written without a grant.
-	for m.View().Generation <= 0 && jctx.Err() == nil {
+	// Until the first generation, or a while: the check runs either way,
+	// and nothing is written without a grant.
+	joined := time.After(r.cfg.SessionTimeout() + 30*time.Second)
+wait:
+	for m.View().Generation <= 0 {
 		select {
-		case <-jctx.Done():
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-joined:
+			break wait
 		case <-m.Changed():
 		}
 	}
-	l, err := lease.Open(jctx, lease.Config{Destination: r.dstOpts, Topic: r.cfg.StateTopic, AgentID: id, Logger: r.log.Named("lease")})
+	octx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	l, err := lease.Open(octx, lease.Config{Destination: r.dstOpts, Topic: r.cfg.StateTopic, AgentID: id, Logger: r.log.Named("lease")})
 	if err != nil {
-		return fmt.Errorf("reading the writer lease of state topic %q: %w", r.cfg.StateTopic, err)
+		return fmt.Errorf("reading the writer lease of state topic %q after joining the group: %w", r.cfg.StateTopic, err)
 	}
 	defer l.Close()
 	if st := l.Status(); st.Holder != "" && st.Epoch != dead {
-		return fmt.Errorf("agent %s holds the writer lease of state topic %q (epoch %d)", st.Holder, r.cfg.StateTopic, st.Epoch)
+		return fmt.Errorf("agent %s claimed the writer lease of state topic %q (epoch %d) while this agent joined the group", st.Holder, r.cfg.StateTopic, st.Epoch)
 	}
 	return nil
 }
