@@ -225,11 +225,8 @@ type Fetcher struct {
 
 	mu    sync.Mutex
 	parts map[TP]*part
-	// followed is, per client, the meta.Moves count its broker addresses
-	// were last brought up to (see followMoves).
-	followed []uint64
-	loops    map[loopKey]context.CancelFunc
-	wake     chan struct{} // closed and replaced when there may be new work
+	loops map[loopKey]context.CancelFunc
+	wake  chan struct{} // closed and replaced when there may be new work
 	// failing: brokers whose last fetch failed, counted in
 	// Counters.Failing until a fetch there succeeds or nothing is
 	// fetched there any more. (A failed fetch ends the broker's loop, so
@@ -266,38 +263,33 @@ func (f *Fetcher) setFailingLocked(broker int32, v bool) {
 func New(cl *kgo.Client, meta *leaders.Cache, opts Options) *Fetcher {
 	opts.defaults()
 	clients := append([]*kgo.Client{cl}, opts.Connections...)
-	return &Fetcher{clients: clients, meta: meta, opts: opts, parts: map[TP]*part{}, loops: map[loopKey]context.CancelFunc{}, wake: make(chan struct{}), failing: map[int32]bool{},
-		followed: make([]uint64, len(clients))}
+	return &Fetcher{clients: clients, meta: meta, opts: opts, parts: map[TP]*part{}, loops: map[loopKey]context.CancelFunc{}, wake: make(chan struct{}), failing: map[int32]bool{}}
 }
 
 // followMoves brings the broker addresses of the client of stream up to
-// those the leaders cache has seen. The first client's addresses follow by
-// themselves: the cache's metadata requests go through it, and a client
-// learns addresses from every metadata response it reads. The others fetch
-// only, so when a broker came back at another address they would go on
-// using the old one until their own metadata aged out, minutes later: a
-// stall of the partitions on their loops (kfake, whose removed brokers
-// keep their connections, answered them NOT_LEADER_FOR_PARTITION).
-func (f *Fetcher) followMoves(ctx context.Context, stream int) {
-	if stream == 0 {
-		return
-	}
+// those the leaders cache has seen, when the cache's count of address
+// changes (meta.Moves) differs from followed, the count the calling loop
+// last brought it to; it returns the count it brought it to. The first
+// client's addresses follow by themselves: the cache's metadata requests go
+// through it, and a client learns addresses from every metadata response it
+// reads. The others fetch only, so when a broker came back at another
+// address they would go on using the old one until their own metadata aged
+// out, minutes later: a stall of the partitions on their loops (kfake, whose
+// removed brokers keep their connections, answered them
+// NOT_LEADER_FOR_PARTITION). It runs before every fetch: an atomic load
+// unless an address changed.
+func (f *Fetcher) followMoves(ctx context.Context, stream int, followed uint64) uint64 {
 	moves := f.meta.Moves()
-	f.mu.Lock()
-	done := f.followed[stream] == moves
-	f.mu.Unlock()
-	if done {
-		return
+	if stream == 0 || moves == followed {
+		return moves
 	}
 	req := kmsg.NewPtrMetadataRequest()
 	req.Topics = []kmsg.MetadataRequestTopic{} // brokers only
 	if _, err := req.RequestWith(ctx, f.clients[stream]); err != nil {
 		f.opts.Logger.Debug("refreshing broker addresses", "stream", stream, "error", err)
-		return
+		return followed
 	}
-	f.mu.Lock()
-	f.followed[stream] = max(f.followed[stream], moves)
-	f.mu.Unlock()
+	return moves
 }
 
 // setLeaderLocked records p's leader and gives p the stream of that leader
@@ -553,8 +545,11 @@ func (f *Fetcher) brokerLoop(ctx context.Context, key loopKey) {
 	// by an earlier one, so a success must clear it. Kept here so that a
 	// steady run of successes does not take f.mu for it at every fetch.
 	mayBeFailing := true
+	// followed is the meta.Moves count this loop's client was brought up
+	// to; a new loop (after a failure, a leader move) checks once more.
+	var followed uint64
 	for ctx.Err() == nil {
-		f.followMoves(ctx, key.stream)
+		followed = f.followMoves(ctx, key.stream, followed)
 		req, gens, wait := f.buildRequest(ctx, key, &sess)
 		if req == nil {
 			select {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -40,7 +41,7 @@ type Cache struct {
 	topics  map[string]Topic
 	fetched map[string]time.Time
 	brokers map[int32]string // host:port by node id, from the last metadata
-	moves   uint64           // times a broker's address changed in brokers
+	moves   atomic.Uint64    // times a broker's address changed in brokers
 }
 
 // New returns a cache that asks cl for metadata.
@@ -128,7 +129,7 @@ func (c *Cache) Refresh(ctx context.Context, topic string) (Topic, error) {
 	for _, b := range resp.Brokers {
 		addr := net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
 		if old, ok := c.brokers[b.NodeID]; ok && old != addr {
-			c.moves++
+			c.moves.Add(1)
 		}
 		c.brokers[b.NodeID] = addr
 	}
@@ -149,11 +150,8 @@ func (c *Cache) Broker(node int32) (string, bool) {
 // one the cache had for it (a restarted broker, a rescheduled pod). Clients
 // that do not ask for metadata themselves compare it with what they last
 // followed, see fetcher's followMoves.
-func (c *Cache) Moves() uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.moves
-}
+// It takes no lock: the fetcher reads it before every fetch.
+func (c *Cache) Moves() uint64 { return c.moves.Load() }
 
 // Invalidate drops what is cached for topic, so the next lookup refreshes.
 func (c *Cache) Invalidate(topic string) {
