@@ -144,10 +144,35 @@ func (e brokerEnv) metadata(s side) map[string]kadm.PartitionDetails {
 }
 
 // moveLeaders moves the leader of every partition of the env's topics on s
-// to another in-sync replica: a reassignment puts that replica first (the
-// same replicas in another order, so nothing is copied), and a preferred
-// leader election makes it the leader. It checks that every leader moved.
+// to another in-sync replica (electLeaders).
 func (e brokerEnv) moveLeaders(s side) {
+	e.t.Helper()
+	e.electLeaders(s, func(topic string, part int32, d kadm.PartitionDetail) int32 {
+		i := slices.IndexFunc(d.Replicas, func(r int32) bool { return r != d.Leader && slices.Contains(d.ISR, r) })
+		if i < 0 {
+			e.t.Fatalf("%s %s p%d: no in-sync replica but the leader %d (replicas %v, ISR %v)", s.name, topic, part, d.Leader, d.Replicas, d.ISR)
+		}
+		return d.Replicas[i]
+	})
+}
+
+// leadFrom makes node the leader of every partition of the env's topics on
+// s, the way moveLeaders moves them.
+func (e brokerEnv) leadFrom(s side, node int32) {
+	e.t.Helper()
+	e.electLeaders(s, func(topic string, part int32, d kadm.PartitionDetail) int32 {
+		if !slices.Contains(d.ISR, node) {
+			e.t.Fatalf("%s %s p%d: broker %d is not in sync (replicas %v, ISR %v)", s.name, topic, part, node, d.Replicas, d.ISR)
+		}
+		return node
+	})
+}
+
+// electLeaders makes the replica pick names the leader of every partition
+// of the env's topics on s: a reassignment puts it first (the same replicas
+// in another order, so nothing is copied), and a preferred leader election
+// makes it the leader. It checks that every leader is where pick put it.
+func (e brokerEnv) electLeaders(s side, pick func(topic string, part int32, d kadm.PartitionDetail) int32) {
 	e.t.Helper()
 	start := time.Now()
 	e.holdMarkers(s)
@@ -162,11 +187,7 @@ func (e brokerEnv) moveLeaders(s side) {
 			if len(d.Replicas) != 3 {
 				e.t.Fatalf("%s %s p%d has replicas %v, want 3 (replication factor 3 on 3 brokers)", s.name, topic, part, d.Replicas)
 			}
-			i := slices.IndexFunc(d.Replicas, func(r int32) bool { return r != d.Leader && slices.Contains(d.ISR, r) })
-			if i < 0 {
-				e.t.Fatalf("%s %s p%d: no in-sync replica but the leader %d (replicas %v, ISR %v)", s.name, topic, part, d.Leader, d.Replicas, d.ISR)
-			}
-			to := d.Replicas[i]
+			to := pick(topic, part, d)
 			order := append([]int32{to}, slices.DeleteFunc(slices.Clone(d.Replicas), func(r int32) bool { return r == to })...)
 			req.Assign(topic, part, order)
 			want[topic][part] = to
@@ -212,7 +233,7 @@ func (e brokerEnv) moveLeaders(s side) {
 		}
 		return moved()
 	})
-	e.t.Logf("moved the leaders of %d partitions on the %s in %v", moves, s.name, time.Since(start).Round(time.Millisecond))
+	e.t.Logf("elected the leaders of %d partitions on the %s in %v", moves, s.name, time.Since(start).Round(time.Millisecond))
 }
 
 // killLeader kills the broker leading partition 0 of the first topic on s,
@@ -220,6 +241,38 @@ func (e brokerEnv) moveLeaders(s side) {
 // past that, then starts it again, waits until every partition of the
 // cluster is fully replicated, and lets mirroring go on again.
 func (e brokerEnv) killLeader(s side) {
+	e.t.Helper()
+	node, g := e.killLeaderDown(s)
+	// The restart moves leaders back to it (the preferred replicas).
+	e.holdMarkers(s)
+	g.restart(int(node))
+	e.t.Logf("restarted %s broker %d; every partition fully replicated", s.name, node)
+	e.releaseMarkers(s)
+	e.progress()
+}
+
+// moveBroker kills the broker leading partition 0 of the first topic on s
+// and lets mirroring go on without it, as killLeader does; then starts it
+// again on another port, as a pod restarted with a new address comes back,
+// makes it the leader of every partition of the env's topics, so that each
+// of the agent's connections must find it at its new address, and lets
+// mirroring go on. The guard moves it back to its port when the test ends.
+func (e brokerEnv) moveBroker(s side) {
+	e.t.Helper()
+	node, g := e.killLeaderDown(s)
+	e.holdMarkers(s)
+	from, to := g.move(int(node))
+	e.t.Logf("restarted %s broker %d on port %d (was %d); every partition fully replicated", s.name, node, to, from)
+	e.releaseMarkers(s)
+	e.leadFrom(s, node)
+	e.progress()
+}
+
+// killLeaderDown kills the broker leading partition 0 of the first topic
+// on s, waits until each partition it led has another leader, and lets
+// mirroring get past that. It returns the broker and the guard that starts
+// it again.
+func (e brokerEnv) killLeaderDown(s side) (int32, *brokerGuard) {
 	e.t.Helper()
 	node := e.metadata(s)[e.topics[0]][0].Leader
 	if node < 1 {
@@ -249,12 +302,7 @@ func (e brokerEnv) killLeader(s side) {
 	})
 	e.releaseMarkers(s)
 	e.progress() // with a broker down
-	// The restart moves leaders back to it (the preferred replicas).
-	e.holdMarkers(s)
-	g.restart(int(node))
-	e.t.Logf("restarted %s broker %d; every partition fully replicated", s.name, node)
-	e.releaseMarkers(s)
-	e.progress()
+	return node, g
 }
 
 // brokerGuard restarts the brokers a test killed on a shared cluster, at
@@ -266,6 +314,7 @@ type brokerGuard struct {
 	c      *devcluster.Cluster
 	mu     sync.Mutex
 	killed map[int]bool
+	moved  map[int]int // broker: the client port it had before move
 }
 
 var (
@@ -282,7 +331,7 @@ func guardBrokers(t *testing.T, c *devcluster.Cluster) *brokerGuard {
 	if g := guards[t][c]; g != nil {
 		return g
 	}
-	g := &brokerGuard{t: t, c: c, killed: map[int]bool{}}
+	g := &brokerGuard{t: t, c: c, killed: map[int]bool{}, moved: map[int]int{}}
 	if guards[t] == nil {
 		guards[t] = map[*devcluster.Cluster]*brokerGuard{}
 	}
@@ -320,6 +369,31 @@ func (g *brokerGuard) restart(node int) {
 	}
 }
 
+// move starts node, killed, on another port and waits until the cluster is
+// whole; it returns the port it had and the one it has.
+func (g *brokerGuard) move(node int) (from, to int) {
+	g.t.Helper()
+	g.mu.Lock()
+	from, err := g.c.BrokerPort(node)
+	if err == nil {
+		if _, ok := g.moved[node]; !ok {
+			g.moved[node] = from
+		}
+		to, err = g.c.MoveBroker(node, 0)
+	}
+	if err == nil {
+		delete(g.killed, node)
+	}
+	g.mu.Unlock()
+	if err != nil {
+		g.t.Fatalf("moving %s broker %d: %v\n%s", g.c.Name(), node, err, g.c.BrokerLog(node))
+	}
+	if err := waitClusterWhole(g.c); err != nil {
+		g.t.Fatal(err)
+	}
+	return from, to
+}
+
 func (g *brokerGuard) start(node int) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -345,6 +419,19 @@ func (g *brokerGuard) restoreAll() {
 	for _, n := range nodes {
 		if err := g.start(n); err != nil {
 			g.t.Error(err)
+		}
+	}
+	// A moved broker goes back to its port: the cluster's bootstrap
+	// addresses, which later tests use, name it there.
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for n, port := range g.moved {
+		if err := g.c.KillBroker(n); err != nil {
+			g.t.Error(err)
+			continue
+		}
+		if _, err := g.c.MoveBroker(n, port); err != nil {
+			g.t.Errorf("moving %s broker %d back to port %d: %v\n%s", g.c.Name(), n, port, err, g.c.BrokerLog(n))
 		}
 	}
 	if err := waitClusterWhole(g.c); err != nil {
@@ -412,10 +499,11 @@ func waitClusterWhole(c *devcluster.Cluster) error {
 // TestBrokerFaults mirrors a plain and a transactional topic (3 partitions
 // each, replication factor 3) between two 3-broker Kafka clusters while
 // producers write to both, and injects one kind of broker fault per case:
-// leader moves on both clusters, or the loss of a source or destination
-// broker (SIGKILL) and its restart. Each case checks that its fault
-// happened (every leader moved; the killed broker's partitions got new
-// leaders) and that mirroring went on past it; at the end every partition is
+// leader moves on both clusters, the loss of a source or destination
+// broker (SIGKILL) and its restart, or its restart on another port (a pod
+// back at a new address) as the leader of every partition. Each case checks
+// that its fault happened (every leader moved; the killed broker's
+// partitions got new leaders) and that mirroring went on past it; at the end every partition is
 // MIRRORING with lag 0, verify passes at both isolation levels, kcat
 // (librdkafka) reads the same records on both sides (at both levels on the
 // transactional topic), and the source holds exactly the acknowledged
@@ -452,6 +540,10 @@ func TestBrokerFaults(t *testing.T) {
 		}},
 		{"destination broker killed and restarted", func(e brokerEnv) {
 			e.killLeader(e.dest())
+		}},
+		{"brokers back at other addresses on both clusters", func(e brokerEnv) {
+			e.moveBroker(e.source())
+			e.moveBroker(e.dest())
 		}},
 	}
 	for _, eng := range engines {

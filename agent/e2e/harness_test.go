@@ -302,14 +302,21 @@ func (p *pair) waitMirrored(t *testing.T, a *agent, topic string, timeout time.D
 		}
 		select {
 		case <-ctx.Done():
-			qctx, qcancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer qcancel()
-			src, _ := listBounds(qctx, p.srcAdm, topic)
-			dst, _ := listBounds(qctx, p.dstAdm, topic)
-			t.Fatalf("%s not mirrored (no progress for %v, or 10 times that in all): %s\nsource %v\ndestination %v\nDescribe:\n%s", topic, timeout, why, src, dst, a.describe())
+			p.fatalWithBounds(t, a, topic, fmt.Sprintf("%s not mirrored (no progress for %v, or 10 times that in all): %s", topic, timeout, why))
 		case <-time.After(pollEvery):
 		}
 	}
+}
+
+// fatalWithBounds fails t with msg, the source and destination offsets of
+// topic as they are now, and a's Describe.
+func (p *pair) fatalWithBounds(t *testing.T, a *agent, topic, msg string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	src, _ := listBounds(ctx, p.srcAdm, topic)
+	dst, _ := listBounds(ctx, p.dstAdm, topic)
+	t.Fatalf("%s\nsource %v\ndestination %v\nDescribe:\n%s", msg, src, dst, a.describe())
 }
 
 // destinationEnds is the sum of the destination's end offsets of topic, -1
@@ -334,11 +341,9 @@ func (p *pair) waitProgress(t *testing.T, a *agent, topic string, minEnd map[int
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	var last bounds
 	for {
 		dst, err := listBounds(ctx, p.dstAdm, topic)
 		if err == nil {
-			last = dst
 			ok := true
 			for part, want := range minEnd {
 				if dst[part][1] < want {
@@ -351,10 +356,7 @@ func (p *pair) waitProgress(t *testing.T, a *agent, topic string, minEnd map[int
 		}
 		select {
 		case <-ctx.Done():
-			qctx, qcancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer qcancel()
-			src, _ := listBounds(qctx, p.srcAdm, topic)
-			t.Fatalf("destination of %s did not reach %v within %v: %v (last error %v)\nsource %v\nDescribe:\n%s", topic, minEnd, timeout, last, err, src, a.describe())
+			p.fatalWithBounds(t, a, topic, fmt.Sprintf("destination of %s did not reach %v within %v (last error %v)", topic, minEnd, timeout, err))
 		case <-time.After(pollEvery):
 		}
 	}

@@ -314,10 +314,7 @@ func (e *kafkaEngine) layout(cfg config) (chosen bool, err error) {
 			}
 		}
 	}
-	var (
-		lines []string
-		held  []net.Listener // kept open until every port is chosen, so no two are the same
-	)
+	var held []net.Listener // kept open until every port is chosen, so no two are the same
 	defer func() {
 		for _, ln := range held {
 			ln.Close()
@@ -359,22 +356,31 @@ func (e *kafkaEngine) layout(cfg config) (chosen bool, err error) {
 				*p = ln.Addr().(*net.TCPAddr).Port
 			}
 		}
-		line := fmt.Sprintf("%d %d %d %d", n.id, n.port, n.internal, n.controller)
-		if e.link != nil {
-			line += fmt.Sprintf(" %d", n.listen)
-		} else {
+		if e.link == nil {
 			n.listen = n.port
 		}
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
 			return false, fmt.Errorf("devcluster: %w", err)
 		}
 		e.nodes = append(e.nodes, n)
+	}
+	return chosen, e.writePorts()
+}
+
+// writePorts keeps the nodes' ports in ports.txt (see layout).
+func (e *kafkaEngine) writePorts() error {
+	var lines []string
+	for _, n := range e.nodes {
+		line := fmt.Sprintf("%d %d %d %d", n.id, n.port, n.internal, n.controller)
+		if e.link != nil {
+			line += fmt.Sprintf(" %d", n.listen)
+		}
 		lines = append(lines, line)
 	}
-	if err := os.WriteFile(portsFile, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
-		return false, fmt.Errorf("devcluster: %w", err)
+	if err := os.WriteFile(filepath.Join(e.root, "ports.txt"), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		return fmt.Errorf("devcluster: %w", err)
 	}
-	return chosen, nil
+	return nil
 }
 
 // listenQuietPort listens on a free loopback port below the kernel's
@@ -893,6 +899,80 @@ func (c *Cluster) RestartBroker(node int) error {
 		}
 	}
 	return c.waitKafkaReady()
+}
+
+// MoveBroker starts a broker KillBroker ended on another client port, as a
+// pod restarted with a new address comes back: its old address refuses
+// connections, and clients learn the new one only from metadata. port 0
+// picks a free port. It waits until the broker is registered again at the
+// new address and returns the port. Kafka engine only.
+func (c *Cluster) MoveBroker(node, port int) (int, error) {
+	n, err := c.node(node)
+	if err != nil {
+		return 0, err
+	}
+	if n.running() {
+		return 0, fmt.Errorf("devcluster: broker %d is running; KillBroker it before moving it", node)
+	}
+	if port == 0 {
+		ln, err := listenQuietPort()
+		if err != nil {
+			return 0, fmt.Errorf("devcluster: picking a port: %w", err)
+		}
+		port = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+	} else if err := portFree(port); err != nil {
+		return 0, err
+	}
+	e := c.kafka
+	old := n.port
+	if n.proxy != nil {
+		ln, err := listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			return 0, fmt.Errorf("devcluster: the shaping proxy of broker %d: %w", n.id, err)
+		}
+		n.proxy.Close()
+		n.proxy = e.link.Proxy(ln, net.JoinHostPort("127.0.0.1", strconv.Itoa(n.listen)))
+	} else {
+		n.listen = port
+	}
+	n.port = port
+	b, err := os.ReadFile(n.props)
+	if err != nil {
+		return 0, fmt.Errorf("devcluster: %w", err)
+	}
+	lines := strings.Split(string(b), "\n")
+	for i, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "listeners="):
+			lines[i] = fmt.Sprintf("listeners=EXTERNAL://127.0.0.1:%d,INTERNAL://127.0.0.1:%d,CONTROLLER://127.0.0.1:%d", n.listen, n.internal, n.controller)
+		case strings.HasPrefix(l, "advertised.listeners="):
+			lines[i] = fmt.Sprintf("advertised.listeners=EXTERNAL://127.0.0.1:%d,INTERNAL://127.0.0.1:%d", n.port, n.internal)
+		}
+	}
+	if err := os.WriteFile(n.props, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
+		return 0, fmt.Errorf("devcluster: %w", err)
+	}
+	if err := e.writePorts(); err != nil {
+		return 0, err
+	}
+	if err := e.startNode(n, config{}); err != nil {
+		return 0, err
+	}
+	if err := c.waitKafkaReady(); err != nil {
+		return 0, fmt.Errorf("devcluster: broker %d moved from port %d to %d: %w", node, old, port, err)
+	}
+	return port, nil
+}
+
+// BrokerPort is the client port of broker node (1-based). Kafka engine
+// only.
+func (c *Cluster) BrokerPort(node int) (int, error) {
+	n, err := c.node(node)
+	if err != nil {
+		return 0, err
+	}
+	return n.port, nil
 }
 
 func (c *Cluster) node(node int) (*kafkaNode, error) {

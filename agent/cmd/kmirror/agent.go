@@ -355,11 +355,9 @@ func (r *agentRun) group(ctx context.Context, advertise string) error {
 // (the holder died). It returns the epoch it waited out that way, 0 when
 // the lease was released or never claimed.
 func (r *agentRun) waitLeaseAgents(ctx context.Context, id string) (dead int64, err error) {
-	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	l, err := lease.Open(sctx, lease.Config{Destination: r.dstOpts, Topic: r.cfg.StateTopic, AgentID: id, Logger: r.log.Named("lease")})
+	l, err := r.readLease(ctx, id, "")
 	if err != nil {
-		return 0, fmt.Errorf("reading the writer lease of state topic %q: %w", r.cfg.StateTopic, err)
+		return 0, err
 	}
 	defer l.Close()
 	st := l.Status()
@@ -418,17 +416,28 @@ wait:
 		case <-m.Changed():
 		}
 	}
-	octx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	l, err := lease.Open(octx, lease.Config{Destination: r.dstOpts, Topic: r.cfg.StateTopic, AgentID: id, Logger: r.log.Named("lease")})
+	l, err := r.readLease(ctx, id, " after joining the group")
 	if err != nil {
-		return fmt.Errorf("reading the writer lease of state topic %q after joining the group: %w", r.cfg.StateTopic, err)
+		return err
 	}
 	defer l.Close()
 	if st := l.Status(); st.Holder != "" && st.Epoch != dead {
 		return fmt.Errorf("agent %s claimed the writer lease of state topic %q (epoch %d) while this agent joined the group", st.Holder, r.cfg.StateTopic, st.Epoch)
 	}
 	return nil
+}
+
+// readLease opens the writer lease of the state topic for a group agent,
+// which only reads it (it never claims it); when says at which step, for
+// the error.
+func (r *agentRun) readLease(ctx context.Context, id, when string) (*lease.Lease, error) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	l, err := lease.Open(ctx, lease.Config{Destination: r.dstOpts, Topic: r.cfg.StateTopic, AgentID: id, Logger: r.log.Named("lease")})
+	if err != nil {
+		return nil, fmt.Errorf("reading the writer lease of state topic %q%s: %w", r.cfg.StateTopic, when, err)
+	}
+	return l, nil
 }
 
 // checkNoGroup keeps a lease agent from writing beside the agents of a
