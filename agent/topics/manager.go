@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -66,6 +67,9 @@ type Manager struct {
 	dst, src *kadm.Client
 	exclude  []string
 	log      hclog.Logger
+
+	mu     sync.Mutex
+	warned map[string]string // topic: the min.insync.replicas warning logged last
 }
 
 // Option configures a Manager.
@@ -90,7 +94,7 @@ func WithLogger(l hclog.Logger) Option {
 // NewManager returns a Manager that creates topics through dst after reading
 // them through src.
 func NewManager(dst, src *kadm.Client, opts ...Option) *Manager {
-	m := &Manager{dst: dst, src: src, log: hclog.NewNullLogger()}
+	m := &Manager{dst: dst, src: src, log: hclog.NewNullLogger(), warned: map[string]string{}}
 	for _, o := range opts {
 		o(m)
 	}
@@ -374,16 +378,24 @@ func (m *Manager) setInvariant(ctx context.Context, info *Info, want map[string]
 // acks=all writes held by a single replica: a leader failover can then lose
 // records the agent counted as written, which shifts every later offset.
 // An empty minISR means the broker did not report it.
+// Every Ensure reports it; the log says it once, until it changes (each
+// topic sync calls Ensure).
 func (m *Manager) checkMinISR(info *Info, replicas int, minISR string) {
 	n, err := strconv.Atoi(minISR)
-	if err != nil || replicas <= 1 || n >= 2 {
-		return
+	w := ""
+	if err == nil && replicas > 1 && n < 2 {
+		w = fmt.Sprintf("destination topic %q has %d replicas but min.insync.replicas=%d: acks=all writes can be acknowledged by the leader alone, "+
+			"and a leader failover can then lose records and shift offsets; set min.insync.replicas=2 on the topic or as the destination's default",
+			info.Topic, replicas, n)
+		info.Warnings = append(info.Warnings, w)
 	}
-	w := fmt.Sprintf("destination topic %q has %d replicas but min.insync.replicas=%d: acks=all writes can be acknowledged by the leader alone, "+
-		"and a leader failover can then lose records and shift offsets; set min.insync.replicas=2 on the topic or as the destination's default",
-		info.Topic, replicas, n)
-	m.log.Warn(w)
-	info.Warnings = append(info.Warnings, w)
+	m.mu.Lock()
+	last := m.warned[info.Topic]
+	m.warned[info.Topic] = w
+	m.mu.Unlock()
+	if w != "" && w != last {
+		m.log.Warn(w)
+	}
 }
 
 // describeTopic reads one topic's metadata. It bypasses kadm's metadata cache

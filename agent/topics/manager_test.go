@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -408,21 +409,39 @@ func TestEnsureWarnsAboutMinInsyncReplicas(t *testing.T) {
 	if err := dstC.CreateTopic("durable", 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	m := NewManager(dst, src)
-	info, err := m.Ensure(ctx, "durable")
-	if err != nil {
-		t.Fatal(err)
+	var logged strings.Builder
+	m := NewManager(dst, src, WithLogger(hclog.New(&hclog.LoggerOptions{Output: &logged, Level: hclog.Warn})))
+	// Every Ensure reports the warning; the log has it once.
+	for range 3 {
+		info, err := m.Ensure(ctx, "durable")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(info.Warnings) != 1 || !strings.Contains(info.Warnings[0], "min.insync.replicas=1") || !strings.Contains(info.Warnings[0], "3 replicas") {
+			t.Fatalf("Warnings = %q, want one about min.insync.replicas", info.Warnings)
+		}
 	}
-	if len(info.Warnings) != 1 || !strings.Contains(info.Warnings[0], "min.insync.replicas=1") || !strings.Contains(info.Warnings[0], "3 replicas") {
-		t.Fatalf("Warnings = %q, want one about min.insync.replicas", info.Warnings)
+	if n := strings.Count(logged.String(), "min.insync.replicas=1"); n != 1 {
+		t.Errorf("the warning was logged %d times over 3 syncs, want once:\n%s", n, logged.String())
 	}
 
 	resp, err := dst.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "min.insync.replicas", Value: kadm.StringPtr("2")}}, "durable")
 	if err != nil || resp[0].Err != nil {
 		t.Fatalf("setting min.insync.replicas: %v %v", err, resp)
 	}
-	if info, err = m.Ensure(ctx, "durable"); err != nil || len(info.Warnings) != 0 {
+	if info, err := m.Ensure(ctx, "durable"); err != nil || len(info.Warnings) != 0 {
 		t.Fatalf("Ensure = %+v, %v; want no warnings with min.insync.replicas=2", info, err)
+	}
+	// Back to 1: logged again.
+	resp, err = dst.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "min.insync.replicas", Value: kadm.StringPtr("1")}}, "durable")
+	if err != nil || resp[0].Err != nil {
+		t.Fatalf("setting min.insync.replicas: %v %v", err, resp)
+	}
+	if _, err := m.Ensure(ctx, "durable"); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logged.String(), "min.insync.replicas=1"); n != 2 {
+		t.Errorf("the warning was logged %d times after it came back, want twice:\n%s", n, logged.String())
 	}
 }
 
