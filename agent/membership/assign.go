@@ -11,6 +11,16 @@ type Item struct {
 	// Weight is the item's share of the work (its byte rate, say); 0
 	// counts as 1.
 	Weight int64 `json:"w,omitempty"`
+	// Home is the key of the item this one belongs to (a partition's
+	// mirror), whose owner does its work until the item exists (a new
+	// partition runs with its mirror until it is an item of its own). So
+	// a new item goes to its home's owner, never elsewhere while its home
+	// is between owners; and homes that have items move only with their
+	// owner. The leader's Items say it; members do not tell it back.
+	Home string `json:"-"`
+	// Pinned, on a home, keeps every item of it with the home's owner: a
+	// mirror under a lifecycle operation runs on one agent.
+	Pinned bool `json:"-"`
 }
 
 func (it Item) weight() int64 { return max(it.Weight, 1) }
@@ -113,6 +123,11 @@ type joined struct {
 //     Those no member released are orphans, which the new owner waits out
 //     for a session before its first write, unless the group's history
 //     shows that no process that may still write them exists (mustWait).
+//   - Items with a Home: one nobody ever owned (not in the history), or
+//     whose home is Pinned, goes to its home's owner instead, and to
+//     nobody while its home is between owners. An item of a pinned home
+//     owned by another member is taken from it. Balancing moves neither
+//     the items of a pinned home nor a home that has items.
 //
 // Members are identified by member id; the result is keyed the same way.
 func assign(items []Item, members []joined, gen int32) map[string]assignment {
@@ -124,12 +139,20 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 		return cmp.Or(cmp.Compare(a.meta.Agent, b.meta.Agent), cmp.Compare(a.id, b.id))
 	})
 	weights := make(map[string]int64, len(items))
+	homeOf, pinned := map[string]string{}, map[string]bool{}
 	for _, it := range items {
 		if _, dup := weights[it.Key]; dup {
 			continue
 		}
 		weights[it.Key] = it.weight()
+		if it.Home != "" {
+			homeOf[it.Key] = it.Home
+		}
+		if it.Pinned {
+			pinned[it.Key] = true
+		}
 	}
+	fixed := fixedItems(items)
 	// Weights measured earlier travel with their items; the owners'
 	// measurements replace them, and the leader's guess.
 	for k, w := range previousWeights(members) {
@@ -178,6 +201,23 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 			placed[it.Key] = true
 		}
 	}
+	// The items of a pinned home that another member owns are taken from
+	// it, and given to the home's owner next round.
+	homeAt := placedAt(mine)
+	for i := range mine {
+		var keep []string
+		for _, k := range mine[i] {
+			if h := homeOf[k]; pinned[h] {
+				if at, ok := homeAt[h]; ok && at != i {
+					load[i] -= weights[k]
+					moving = true
+					continue
+				}
+			}
+			keep = append(keep, k)
+		}
+		mine[i] = keep
+	}
 	// Then, while moving the lightest item of the most loaded member to
 	// the least loaded one narrows the gap between them by more than half
 	// the item's weight, it moves: a member that joined gets its share,
@@ -207,12 +247,18 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 			break
 		}
 		last := len(mine[hi]) - 1
-		k := mine[hi][last] // the lightest, as owned was sorted
+		for last >= 0 && fixed[mine[hi][last]] {
+			last--
+		}
+		if last < 0 {
+			break
+		}
+		k := mine[hi][last] // the lightest that may move, as owned was sorted
 		w := weights[k]
 		if !worthMoving(kept[hi], kept[lo], w) {
 			break
 		}
-		mine[hi] = mine[hi][:last]
+		mine[hi] = slices.Delete(mine[hi], last, last+1)
 		load[hi] -= w
 		kept[hi] -= w
 		kept[lo] += w
@@ -229,8 +275,15 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 			free = append(free, k)
 		}
 	}
+	// Homes first: the items placed with them follow.
+	hasHome := func(k string) int {
+		if homeOf[k] != "" {
+			return 1
+		}
+		return 0
+	}
 	slices.SortFunc(free, func(a, b string) int {
-		return cmp.Or(-cmp.Compare(weights[a], weights[b]), cmp.Compare(a, b))
+		return cmp.Or(cmp.Compare(hasHome(a), hasHome(b)), -cmp.Compare(weights[a], weights[b]), cmp.Compare(a, b))
 	})
 	hist, complete := previousHistory(members, gen)
 	here := map[string]string{} // agent → its process in this generation
@@ -238,15 +291,35 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 		here[m.meta.Agent] = m.meta.Process
 	}
 	orphans := make([][]string, len(members))
+	homeAt = placedAt(mine)
 	for _, k := range free {
-		i := 0
-		for j := range members {
-			if load[j] < load[i] {
-				i = j
+		i := -1
+		if h := homeOf[k]; h != "" {
+			if _, ever := hist[k]; !ever || pinned[h] {
+				at, ok := homeAt[h]
+				_, known := weights[h]
+				switch {
+				case ok:
+					i = at
+				case known:
+					// Its home is between owners, one of which may
+					// run it as part of the home: next round.
+					moving = true
+					continue
+				}
+			}
+		}
+		if i < 0 {
+			i = 0
+			for j := range members {
+				if load[j] < load[i] {
+					i = j
+				}
 			}
 		}
 		load[i] += weights[k]
 		mine[i] = append(mine[i], k)
+		homeAt[k] = i
 		if !released[k] && mustWait(k, hist, complete, here, waiting) {
 			orphans[i] = append(orphans[i], k)
 		}
@@ -300,6 +373,38 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 		out[m.id] = assignment{Version: 1, Items: mine[i], Orphans: orphans[i], Rejoin: moving, Members: loads, Owners: owners, Weights: measured, History: next, Complete: complete}
 	}
 	return out
+}
+
+// fixedItems are the items balancing never moves: homes that have items,
+// and the items of pinned homes.
+func fixedItems(items []Item) map[string]bool {
+	pinned := map[string]bool{}
+	for _, it := range items {
+		if it.Pinned {
+			pinned[it.Key] = true
+		}
+	}
+	fixed := map[string]bool{}
+	for _, it := range items {
+		if it.Home != "" {
+			fixed[it.Home] = true
+			if pinned[it.Home] {
+				fixed[it.Key] = true
+			}
+		}
+	}
+	return fixed
+}
+
+// placedAt is the member each item of mine is placed with.
+func placedAt(mine [][]string) map[string]int {
+	at := map[string]int{}
+	for i, ks := range mine {
+		for _, k := range ks {
+			at[k] = i
+		}
+	}
+	return at
 }
 
 // mustWait says whether the next owner of item k, which its last owner did

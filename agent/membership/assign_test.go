@@ -30,6 +30,16 @@ func keys(from, to int) []string {
 	return out
 }
 
+// homed is the items of mirror a: its home (pinned or not), and n
+// partitions of it.
+func homed(pinned bool, n int) []Item {
+	out := []Item{{Key: "mirror/a", Pinned: pinned}}
+	for i := range n {
+		out = append(out, Item{Key: fmt.Sprintf("p/a/%d", i), Home: "mirror/a"})
+	}
+	return out
+}
+
 // hist builds a history from agent, process, item numbers..., in turn.
 func hist(args ...any) map[string]Process {
 	out := map[string]Process{}
@@ -239,6 +249,63 @@ func TestAssign(t *testing.T) {
 			{id: "m-a", meta: memberMeta{Agent: "a", Process: "pa"}},
 		},
 		want: map[string][]string{"m-a": {"t/00", "t/01"}},
+	}, {
+		name:  "a new item goes to its home's owner, not to the least loaded member",
+		items: homed(false, 2),
+		gen:   5,
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Process: "pa", Previous: []MemberLoad{{Agent: "a", Process: "pa"}}, PreviousGen: 4, PreviousHistory: map[string]Process{"mirror/a": {"a", "pa"}}, PreviousComplete: true, Owned: owned("mirror/a")}},
+			{id: "m-b", meta: memberMeta{Agent: "b", Process: "pb"}},
+		},
+		want: map[string][]string{"m-a": {"mirror/a", "p/a/0", "p/a/1"}, "m-b": nil},
+	}, {
+		name:  "balancing moves the items, never a home that has items",
+		items: homed(false, 2),
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Owned: []Item{{Key: "mirror/a", Weight: 1}, {Key: "p/a/0", Weight: 10}, {Key: "p/a/1", Weight: 10}}}},
+			{id: "m-b", meta: memberMeta{Agent: "b"}},
+		},
+		// The home is the lightest; moving it first would leave a with
+		// both partitions after one more move.
+		want:   map[string][]string{"m-a": {"mirror/a", "p/a/0"}, "m-b": nil},
+		rejoin: true,
+	}, {
+		name:  "a pinned home takes its items back from other members",
+		items: homed(true, 2),
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Owned: owned("mirror/a", "p/a/0")}},
+			{id: "m-b", meta: memberMeta{Agent: "b", Owned: owned("p/a/1")}},
+		},
+		want:   map[string][]string{"m-a": {"mirror/a", "p/a/0"}, "m-b": nil},
+		rejoin: true,
+	}, {
+		name:  "the next round: a pinned home's released item goes to its owner, and balancing moves none of them",
+		items: homed(true, 2),
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Owned: owned("mirror/a", "p/a/0")}},
+			{id: "m-b", meta: memberMeta{Agent: "b", Released: []string{"p/a/1"}}},
+		},
+		want: map[string][]string{"m-a": {"mirror/a", "p/a/0", "p/a/1"}, "m-b": nil},
+	}, {
+		name:  "a new item whose home is between owners goes to nobody yet",
+		items: homed(false, 1),
+		gen:   1,
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Owned: owned("mirror/a")}},
+			{id: "m-b", meta: memberMeta{Agent: "b", Owned: owned("mirror/a")}},
+		},
+		want:   map[string][]string{"m-a": nil, "m-b": nil},
+		rejoin: true,
+	}, {
+		name:  "an item owned before, orphaned, goes to the least loaded member, not its home's owner",
+		items: homed(false, 2),
+		gen:   5,
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Process: "pa", Previous: []MemberLoad{{Agent: "a", Process: "pa"}, {Agent: "c", Process: "pc"}}, PreviousGen: 4,
+				PreviousHistory: map[string]Process{"mirror/a": {"a", "pa"}, "p/a/0": {"c", "pc"}, "p/a/1": {"c", "pc"}}, PreviousComplete: true, Owned: owned("mirror/a")}},
+			{id: "m-b", meta: memberMeta{Agent: "b", Process: "pb"}},
+		},
+		want: map[string][]string{"m-a": {"mirror/a", "p/a/1"}, "m-b": {"p/a/0"}},
 	}, {
 		name:  "revoked items are moving: told to every member, so the next generation knows them",
 		items: items(4),

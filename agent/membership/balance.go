@@ -13,7 +13,6 @@ package membership
 // measurements that differ by a little ask nothing (worthMoving).
 
 import (
-	"slices"
 	"time"
 )
 
@@ -22,22 +21,37 @@ import (
 // item's weight: the rule assign balances by.
 func worthMoving(hi, lo, w int64) bool { return 2*(hi-lo) > 3*w }
 
+// weighed is an owned item as balancing sees it.
+type weighed struct {
+	w     int64
+	fixed bool // balancing never moves it (fixedItems)
+}
+
 // wouldMove says whether assign would move an item for balance between
-// members owning items of these weights (one slice per member, in the
-// order assign sorts them): the lightest item of the most loaded member,
-// when it has two or more, to the least loaded.
-func wouldMove(owned [][]int64) bool {
+// members owning these items (one slice per member): the lightest item
+// that may move of the most loaded member, when it has two or more, to the
+// least loaded.
+func wouldMove(owned [][]weighed) bool {
 	if len(owned) < 2 {
 		return false
 	}
 	load := make([]int64, len(owned))
-	for i, ws := range owned {
-		for _, w := range ws {
-			load[i] += w
+	for i, its := range owned {
+		for _, it := range its {
+			load[i] += it.w
 		}
 	}
 	hi, lo := extremes(load)
-	return len(owned[hi]) >= 2 && worthMoving(load[hi], load[lo], slices.Min(owned[hi]))
+	if len(owned[hi]) < 2 {
+		return false
+	}
+	lightest := int64(-1)
+	for _, it := range owned[hi] {
+		if !it.fixed && (lightest < 0 || it.w < lightest) {
+			lightest = it.w
+		}
+	}
+	return lightest >= 0 && worthMoving(load[hi], load[lo], lightest)
 }
 
 // extremes are the most and the least loaded members, the first of each
@@ -56,7 +70,7 @@ func extremes(load []int64) (hi, lo int) {
 
 // unbalancedLocked says whether the weights this member measured call for
 // a rebalance that the generation's own weights do not.
-func (m *Member) unbalancedLocked() bool {
+func (m *Member) unbalancedLocked(fixed map[string]bool) bool {
 	if len(m.members) < 2 || m.moving {
 		return false
 	}
@@ -64,19 +78,19 @@ func (m *Member) unbalancedLocked() bool {
 	for i, l := range m.members {
 		at[l.Agent] = i
 	}
-	then := make([][]int64, len(m.members))
-	now := make([][]int64, len(m.members))
+	then := make([][]weighed, len(m.members))
+	now := make([][]weighed, len(m.members))
 	for k, agent := range m.owners {
 		i, ok := at[agent]
 		if !ok {
 			continue
 		}
 		w := max(m.knownWeights[k], 1)
-		then[i] = append(then[i], w)
+		then[i] = append(then[i], weighed{w, fixed[k]})
 		if mw := m.weights[k]; agent == m.cfg.AgentID && mw > 0 {
 			w = mw
 		}
-		now[i] = append(now[i], w)
+		now[i] = append(now[i], weighed{w, fixed[k]})
 	}
 	return wouldMove(now) && !wouldMove(then)
 }
@@ -84,9 +98,13 @@ func (m *Member) unbalancedLocked() bool {
 // balanceDue says whether the member should rejoin now for balance: its
 // measured loads have called for it for BalanceDelay.
 func (m *Member) balanceDue(now time.Time) bool {
+	var fixed map[string]bool
+	if m.cfg.Items != nil {
+		fixed = fixedItems(m.cfg.Items())
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.cfg.BalanceDelay < 0 || !m.unbalancedLocked() {
+	if m.cfg.BalanceDelay < 0 || !m.unbalancedLocked(fixed) {
 		m.unbalancedSince = time.Time{}
 		return false
 	}

@@ -3,6 +3,7 @@ package membership
 import (
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +23,11 @@ func TestBalanceAgreesWithLeader(t *testing.T) {
 		{"b", map[string]int64{"t/02": 10, "t/03": 10}},
 		{"c", map[string]int64{"t/04": 10, "t/05": 10}},
 	}
+	homed := []owner{
+		{"a", map[string]int64{"mirror/a": 1, "p/a/0": 10}},
+		{"b", map[string]int64{"p/a/1": 10}},
+		{"c", map[string]int64{"p/a/2": 10}},
+	}
 	for _, tc := range []struct {
 		name     string
 		gen      []owner
@@ -38,6 +44,10 @@ func TestBalanceAgreesWithLeader(t *testing.T) {
 			{"b", map[string]int64{"t/01": 10, "t/02": 10}},
 			{"c", map[string]int64{"t/03": 10, "t/04": 10}},
 		}, map[string]int64{"t/00": 500}, false},
+		// The home is a's lightest item, but a home with items does
+		// not move, and its heavy partition would not narrow the gap.
+		{"a home beside a heavy item cannot move", homed, map[string]int64{"p/a/0": 40}, false},
+		{"a home beside a much heavier item: the item moves", homed, map[string]int64{"p/a/0": 10, "mirror/a": 40}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var work []Item
@@ -47,7 +57,11 @@ func TestBalanceAgreesWithLeader(t *testing.T) {
 				var its []Item
 				for k, w := range o.weights {
 					its = append(its, Item{Key: k, Weight: w})
-					work = append(work, Item{Key: k})
+					it := Item{Key: k}
+					if strings.HasPrefix(k, "p/") {
+						it.Home = "mirror/a"
+					}
+					work = append(work, it)
 					prev[k] = w
 				}
 				members = append(members, joined{id: "m-" + o.agent, meta: memberMeta{Agent: o.agent, Process: "p", Owned: its}})
@@ -57,12 +71,13 @@ func TestBalanceAgreesWithLeader(t *testing.T) {
 				t.Fatalf("the generation itself moves items: %+v", gen["m-a"])
 			}
 			m := testMember("a")
+			m.cfg.Items = func() []Item { return work }
 			m.apply(gen["m-a"], time.Now(), 5)
 			for k, w := range tc.measured {
 				m.SetWeight(k, w)
 			}
 			m.mu.Lock()
-			got := m.unbalancedLocked()
+			got := m.unbalancedLocked(fixedItems(work))
 			m.mu.Unlock()
 			if got != tc.want {
 				t.Errorf("a asks for a rebalance: %v, want %v", got, tc.want)
