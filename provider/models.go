@@ -24,6 +24,7 @@ var partitionAttrTypes = map[string]attr.Type{
 	"state":                types.StringType,
 	"stop_mode":            types.StringType,
 	"last_mirrored_offset": types.Int64Type,
+	"agent":                types.StringType,
 }
 
 var partitionObjectType = types.ObjectType{AttrTypes: partitionAttrTypes}
@@ -167,6 +168,7 @@ func flattenTopic(t mirrorapi.Topic) (topicFigures, diag.Diagnostics) {
 			"state":                types.StringValue(stateName(p.State)),
 			"stop_mode":            types.StringValue(p.StopMode),
 			"last_mirrored_offset": types.Int64Value(p.LastMirrored),
+			"agent":                types.StringValue(p.Agent),
 		})
 		diags.Append(d...)
 		parts = append(parts, obj)

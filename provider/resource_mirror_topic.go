@@ -83,8 +83,9 @@ func topicFiguresDescriptions() (partitions, maxLag, reason, readOnly string) {
 			"minus `destination_offset`, in every state; null when the agent has not read the source's end since it started, never a stale 0; " +
 			"`kmirror describe` and the API say how old the figures are), " +
 			"`state` (`initializing`, `preparing`, `mirroring`, `paused`, `stopping`, `stopped` or `failed`), " +
-			"`stop_mode` (`failover` or `promote` for a stopping or stopped partition, else empty) and " +
-			"`last_mirrored_offset` (-1 when none is; after a stop, the final offset). Empty until the agent has read " +
+			"`stop_mode` (`failover` or `promote` for a stopping or stopped partition, else empty), " +
+			"`last_mirrored_offset` (-1 when none is; after a stop, the final offset) and " +
+			"`agent` (the agent of the group that runs the partition with `coordination = \"group\"`; empty with the writer lease). Empty until the agent has read " +
 			"the source topic's metadata.",
 		"Largest partition lag of the topic, in records, when last read; null when some partition's lag is unknown (the agent has not read the source's end).",
 		"Why the topic or some of its partitions are not mirroring, or how its partitions' states differ; empty when there is nothing to say.",

@@ -329,15 +329,29 @@ func normalize(m mirrorapi.Mirror) mirrorapi.Mirror {
 }
 
 func (s *Server) get(b Backend, w http.ResponseWriter, r *http.Request) {
-	if m, ok := s.mirror(b, w, r.PathValue("name")); ok {
+	if m, ok := s.mirror(b, w, r, r.PathValue("name")); ok {
 		writeJSON(w, http.StatusOK, m)
 	}
 }
 
-// mirror finds name in describe, or answers 404.
-func (s *Server) mirror(b Backend, w http.ResponseWriter, name string) (mirrorapi.Mirror, bool) {
+// mirror finds name in describe, or answers 404. In group mode it adds
+// the partitions other agents run.
+func (s *Server) mirror(b Backend, w http.ResponseWriter, r *http.Request, name string) (mirrorapi.Mirror, bool) {
 	for _, m := range b.Describe() {
-		if m.Name == name {
+		if m.Name == name && m.Share == "" {
+			if g, ok := b.(Group); ok && len(g.Peers()) > 0 {
+				peers, err := s.peerMirrors(g, r)
+				if err != nil {
+					w.Header().Set("Retry-After", "1")
+					writeError(w, http.StatusServiceUnavailable, mirrorapi.CodeNotReady, fmt.Sprintf("mirror %q: gathering its partitions from the agents of the group: %v; retry shortly", name, err))
+					return mirrorapi.Mirror{}, false
+				}
+				for _, p := range peers {
+					if p.Name == name && p.Share != "" {
+						addShare(&m, p)
+					}
+				}
+			}
 			return normalize(m), true
 		}
 	}
@@ -359,7 +373,7 @@ func (s *Server) create(b Backend, w http.ResponseWriter, r *http.Request) {
 	if !s.placed(b, w, r, spec.Name) {
 		return // answered by the agent the group gave it to
 	}
-	if m, ok := s.mirror(b, w, spec.Name); ok {
+	if m, ok := s.mirror(b, w, r, spec.Name); ok {
 		writeJSON(w, http.StatusCreated, m)
 	}
 }
@@ -380,7 +394,7 @@ func (s *Server) update(b Backend, w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("mirror updated", "mirror", name)
-	if m, ok := s.mirror(b, w, name); ok {
+	if m, ok := s.mirror(b, w, r, name); ok {
 		writeJSON(w, http.StatusOK, m)
 	}
 }
@@ -415,13 +429,13 @@ func (s *Server) addTopics(b Backend, w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("topics added", "mirror", name, "topics", in.Topics, "topic_regex", in.TopicRegex, "failback", in.Failback, "recreate", in.Recreate)
-	if m, ok := s.mirror(b, w, name); ok {
+	if m, ok := s.mirror(b, w, r, name); ok {
 		writeJSON(w, http.StatusOK, m)
 	}
 }
 
 func (s *Server) offsets(b Backend, w http.ResponseWriter, r *http.Request) {
-	m, ok := s.mirror(b, w, r.PathValue("name"))
+	m, ok := s.mirror(b, w, r, r.PathValue("name"))
 	if !ok {
 		return
 	}
@@ -491,7 +505,7 @@ func (s *Server) stopTopics(b Backend, w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("topics stopping", "mirror", name, "topics", in.Topics, "mode", in.Mode)
-	if m, ok := s.mirror(b, w, name); ok {
+	if m, ok := s.mirror(b, w, r, name); ok {
 		writeJSON(w, http.StatusAccepted, m)
 	}
 }
@@ -509,7 +523,7 @@ func (s *Server) lifecycle(b Backend, w http.ResponseWriter, r *http.Request, ve
 		return
 	}
 	s.log.Info("topics "+verb, "mirror", name, "topics", in.Topics)
-	if m, ok := s.mirror(b, w, name); ok {
+	if m, ok := s.mirror(b, w, r, name); ok {
 		writeJSON(w, http.StatusAccepted, m)
 	}
 }
@@ -583,6 +597,9 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusBadRequest, mirrorapi.CodeInvalidConfig, err.Error())
 	case errors.Is(err, coordinator.ErrThrottleNotFound):
 		writeError(w, http.StatusNotFound, mirrorapi.CodeThrottleNotFound, err.Error()+"; set one with PUT")
+	case errors.Is(err, coordinator.ErrGathering):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, mirrorapi.CodeNotReady, err.Error())
 	case errors.Is(err, coordinator.ErrNotRunHere):
 		writeError(w, http.StatusServiceUnavailable, mirrorapi.CodeNotActive, err.Error())
 	case errors.Is(err, coordinator.ErrMirrorNotFound):

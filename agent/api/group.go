@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/kmirror/kmirror/agent/coordinator"
@@ -92,10 +93,27 @@ func (s *Server) gather(b Backend, r *http.Request) ([]mirrorapi.Mirror, error) 
 	if !ok || r.Header.Get(ForwardedHeader) != "" {
 		return ms, nil
 	}
+	peers, err := s.peerMirrors(g, r)
+	if err != nil {
+		return nil, err
+	}
+	ms = merge(append(ms, peers...))
 	seen := map[string]bool{}
 	for _, m := range ms {
 		seen[m.Name] = true
 	}
+	for _, spec := range b.Mirrors() {
+		if !seen[spec.Name] {
+			return nil, fmt.Errorf("mirror %q is moving between agents of the group: it runs again within moments", spec.Name)
+		}
+	}
+	return ms, nil
+}
+
+// peerMirrors are the mirrors, and shares of mirrors, each other agent of
+// the group runs.
+func (s *Server) peerMirrors(g Group, r *http.Request) ([]mirrorapi.Mirror, error) {
+	var out []mirrorapi.Mirror
 	for _, p := range g.Peers() {
 		if p.API == "" {
 			return nil, fmt.Errorf("agent %s of the group told no API address (api_advertise_url)", p.Agent)
@@ -104,19 +122,65 @@ func (s *Server) gather(b Backend, r *http.Request) ([]mirrorapi.Mirror, error) 
 		if err := s.peerGet(r.Context(), r, p.API+"/v1/mirrors", &dr); err != nil {
 			return nil, fmt.Errorf("listing the mirrors of agent %s at %s: %w", p.Agent, p.API, err)
 		}
-		for _, m := range dr.Mirrors {
-			if !seen[m.Name] { // twice: caught mid-move; one is enough
-				seen[m.Name] = true
-				ms = append(ms, m)
+		out = append(out, dr.Mirrors...)
+	}
+	return out, nil
+}
+
+// merge folds the shares of mirrors other agents run (Share "partitions":
+// some of a mirror's partitions) into the mirrors as their homes describe
+// them. A mirror or partition told twice (caught mid-move) counts once; a
+// share whose home is not in ms is left out.
+func merge(ms []mirrorapi.Mirror) []mirrorapi.Mirror {
+	out := make([]mirrorapi.Mirror, 0, len(ms))
+	at := map[string]int{}
+	for _, m := range ms {
+		if _, dup := at[m.Name]; m.Share == "" && !dup {
+			at[m.Name] = len(out)
+			out = append(out, m)
+		}
+	}
+	for _, part := range ms {
+		i, ok := at[part.Name]
+		if part.Share == "" || !ok {
+			continue
+		}
+		addShare(&out[i], part)
+	}
+	return out
+}
+
+// addShare adds the partitions of share to m, with what they count for; a
+// share whose agent cannot run its partitions says why in m's warnings.
+func addShare(m *mirrorapi.Mirror, share mirrorapi.Mirror) {
+	if share.Error != "" {
+		m.Warnings = append(m.Warnings, fmt.Sprintf("agent %s, which runs partitions of the mirror: %s", share.Agent, share.Error))
+	}
+	if m.StateCounts == nil {
+		m.StateCounts = map[mirrorapi.State]int{}
+	}
+	for _, st := range share.Topics {
+		j := slices.IndexFunc(m.Topics, func(t mirrorapi.Topic) bool { return t.Name == st.Name })
+		if j < 0 {
+			continue // not a topic of the mirror as its home has it
+		}
+		t := &m.Topics[j]
+		for _, p := range st.Partitions {
+			if slices.ContainsFunc(t.Partitions, func(q mirrorapi.Partition) bool { return q.Partition == p.Partition }) {
+				continue
 			}
+			t.Partitions = append(t.Partitions, p)
+			m.StateCounts[p.State]++
+			m.MaxLag = max(m.MaxLag, p.Lag)
 		}
+		slices.SortFunc(t.Partitions, func(a, b mirrorapi.Partition) int { return int(a.Partition - b.Partition) })
 	}
-	for _, spec := range b.Mirrors() {
-		if !seen[spec.Name] {
-			return nil, fmt.Errorf("mirror %q is moving between agents of the group: it runs again within moments", spec.Name)
-		}
-	}
-	return ms, nil
+	m.BufferedBytes += share.BufferedBytes
+	m.Fetch.Requests += share.Fetch.Requests
+	m.Fetch.Errors += share.Fetch.Errors
+	m.Fetch.Bytes += share.Fetch.Bytes
+	m.Fetch.DeadFetchers += share.Fetch.DeadFetchers
+	m.Fetch.ThrottledMillis += share.Fetch.ThrottledMillis
 }
 
 // placed waits, in group mode, until the group has given mirror name, just

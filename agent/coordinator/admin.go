@@ -28,6 +28,9 @@ var (
 	// ErrNotRunHere: in group mode, another agent runs the mirror (or
 	// this one does not yet); the message says which.
 	ErrNotRunHere = errors.New("this agent does not run the mirror")
+	// ErrGathering: in group mode, a lifecycle operation waits for the
+	// mirror's partitions to gather on its home's agent; retry.
+	ErrGathering = errors.New("the mirror's partitions are gathering on its home agent")
 	// ErrFailbackRefused is wrapped by the errors of a failback that
 	// cannot go on as asked; the message says why and what to do.
 	ErrFailbackRefused = mirror.ErrFailbackRefused
@@ -217,6 +220,11 @@ func (c *Coordinator) AddTopicsWith(ctx context.Context, name string, req AddReq
 // ordinary topics, writable (their read-only ACLs are removed). A mirror
 // with topics is refused with ErrMirrorHasTopics unless force is set.
 func (c *Coordinator) Delete(ctx context.Context, name string, force bool) error {
+	// In group mode its partitions stop here, with their last records,
+	// before those records go.
+	if err := c.gather(ctx, name); err != nil {
+		return err
+	}
 	adminMu.Lock()
 	defer adminMu.Unlock()
 	rec, err := c.existing(name)
@@ -263,6 +271,9 @@ func (c *Coordinator) Delete(ctx context.Context, name string, force bool) error
 		}
 		keys = append(keys, throttleKey(name))
 	}
+	if _, ok := c.store.Get(pinPrefix + name); ok {
+		keys = append(keys, pinPrefix+name)
+	}
 	keys = append(keys, mirrorKey(name))
 	for _, k := range keys {
 		if err := c.store.Put(ctx, k, nil); err != nil {
@@ -274,11 +285,15 @@ func (c *Coordinator) Delete(ctx context.Context, name string, force bool) error
 	return nil
 }
 
-// running returns mirror name's runner, nil when it does not run.
+// running returns mirror name's runner, nil when it does not run here;
+// in group mode, when this agent is not its home.
 func (c *Coordinator) running(name string) *mirror.Runner {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.mirrors[name]
+	if m := c.mirrors[name]; m != nil && m.Home() {
+		return m
+	}
+	return nil
 }
 
 // stop ends mirror name's run and waits until its partitions have stopped.

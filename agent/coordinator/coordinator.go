@@ -302,8 +302,14 @@ func (c *Coordinator) Run(ctx context.Context) error {
 }
 
 func (c *Coordinator) startLocked(rec mirror.Record) {
-	if !c.writable(rec.Spec.Name) {
-		return // another agent runs it, or this one waits for it (group mode)
+	if c.cfg.Owner != nil {
+		// What of it the group gives this agent, if anything.
+		view := c.cfg.Owner.View()
+		want, _ := shares(view, time.Now())
+		if sh := want[rec.Spec.Name]; sh != nil {
+			c.startShareLocked(rec, sh, view)
+		}
+		return
 	}
 	m := mirror.New(c.runners, rec)
 	var t mirrorapi.Throttle
@@ -327,6 +333,11 @@ func (c *Coordinator) Describe() []MirrorStatus {
 		st := m.Status()
 		if c.cfg.Owner != nil {
 			st.Agent = c.cfg.AgentID
+			for i := range st.Topics {
+				for j := range st.Topics[i].Partitions {
+					st.Topics[i].Partitions[j].Agent = c.cfg.AgentID
+				}
+			}
 		}
 		out = append(out, st)
 	}

@@ -1,13 +1,29 @@
 package coordinator
 
-// Group mode: the agents of one destination divide its mirrors among
-// themselves (agent/membership). Each coordinator follows the state topic,
-// offers every mirror in it as an item of the group, and runs only the
-// mirrors the group gives it, from the moment they are writable; every
-// write made for one carries the membership's check in its context
-// (agent/writegate), down to the request that leaves the writer. A mirror
-// taken from this agent is stopped, and reported released once every write
-// of it returned, so that its next owner may write at once.
+// Group mode: the agents of one destination divide its mirrors' partitions
+// among themselves (agent/membership). Each coordinator follows the state
+// topic and offers the group two kinds of item:
+//
+//   - a mirror's home ("mirror/NAME"): the mirror's own work (its topics,
+//     metadata sync, read-only ACLs, lifecycle operations) and its
+//     partitions not yet items of their own;
+//   - each partition with a record ("partition/NAME/TOPIC/P", the record's
+//     key), whose home is its mirror's. A new partition runs with its home
+//     until its record exists; then the group gives its item to the home's
+//     agent, and spreads it from there like any other.
+//
+// A mirror is pinned (every partition of it with its home) while one of its
+// partitions is in a state only lifecycle operations change (paused,
+// stopping, stopped, failed), while it is throttled, and while a lifecycle
+// operation gathers it (pin/NAME): those run on the home's runner as they
+// do on a lone agent.
+//
+// Each agent runs one runner per mirror it has any item of (mirror.Share),
+// from the moment the item is writable; every write made for an item
+// carries the membership's check in its context (agent/writegate), down to
+// the request that leaves the writer. A partition taken from this agent is
+// stopped, and reported released once every write of it returned, so that
+// its next owner may write at once; so is a home, with its runner.
 
 import (
 	"context"
@@ -19,9 +35,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/membership"
 	"github.com/kmirror/kmirror/agent/mirror"
 	"github.com/kmirror/kmirror/agent/writegate"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
 // Owner is the agent's membership of its destination's group, as the
@@ -46,18 +64,59 @@ type Owner interface {
 // measured for the group (Owner.SetWeight).
 const weighEvery = 10 * time.Second
 
-// Items are the mirrors of the state topic as items of the agents' group,
-// keyed as their records are ("mirror/NAME"). The group's leader asks at
-// every heartbeat: the keys are enough, no record is decoded.
+// Items are the homes of the mirrors of the state topic and their
+// partitions with a record, as items of the agents' group (see above). The
+// group's leader asks at every heartbeat.
 func (c *Coordinator) Items() []membership.Item {
-	var out []membership.Item
+	names := map[string]bool{}
 	for _, k := range c.store.Keys("mirror/") {
-		out = append(out, membership.Item{Key: k})
+		names[strings.TrimPrefix(k, "mirror/")] = true
 	}
-	return out
+	pinned := map[string]bool{}
+	for _, prefix := range []string{pinPrefix, "throttle/"} {
+		for _, k := range c.store.Keys(prefix) {
+			pinned[strings.TrimPrefix(k, prefix)] = true
+		}
+	}
+	var parts []membership.Item
+	for _, k := range c.store.Keys("partition/") {
+		name, _, ok := mirror.ParsePartitionKey(k)
+		if !ok || !names[name] {
+			continue
+		}
+		if v, _ := c.store.Get(k); !mirror.Spreads(v) {
+			pinned[name] = true
+		}
+		parts = append(parts, membership.Item{Key: k, Home: mirrorKey(name)})
+	}
+	out := make([]membership.Item, 0, len(names)+len(parts))
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		out = append(out, membership.Item{Key: mirrorKey(name), Pinned: pinned[name]})
+	}
+	return append(out, parts...)
 }
 
-// ownerCtx is ctx with the check of mirror name's ownership (group mode).
+// pinPrefix keys the records of mirrors a lifecycle operation gathers on
+// their home's agent (gather).
+const pinPrefix = "pin/"
+
+// itemsSignature is what of the items the group's leader assigns by: it
+// changes when a mirror or a partition record comes or goes, or a mirror
+// is pinned or unpinned.
+func itemsSignature(items []membership.Item) string {
+	var b strings.Builder
+	for _, it := range items {
+		b.WriteString(it.Key)
+		if it.Pinned {
+			b.WriteString("!")
+		}
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+// ownerCtx is ctx with the check of mirror name's home's ownership (group
+// mode).
 func (c *Coordinator) ownerCtx(ctx context.Context, name string) context.Context {
 	if c.cfg.Owner == nil {
 		return ctx
@@ -66,9 +125,9 @@ func (c *Coordinator) ownerCtx(ctx context.Context, name string) context.Context
 	return writegate.With(ctx, func() error { return c.cfg.Owner.Check(item) })
 }
 
-// writable says whether this agent may run mirror name now: always without
-// a group; in one, while the group gives it to this agent and its wait is
-// over.
+// writable says whether this agent may run mirror name's home now: always
+// without a group; in one, while the group gives it to this agent and its
+// wait is over.
 func (c *Coordinator) writable(name string) bool {
 	if c.cfg.Owner == nil {
 		return true
@@ -85,16 +144,15 @@ func (c *Coordinator) follow(ctx context.Context) {
 			c.log.Error("following the state topic stopped", "error", err)
 		}
 	}()
-	var known []string // the mirrors offered to the group
+	var known string // the items offered to the group
 	weigh := time.NewTicker(weighEvery)
 	defer weigh.Stop()
-	var weighed map[string]int64 // bytes mirrored, by mirror, at the last tick
+	var weighed map[string]int64 // bytes mirrored, by item, at the last tick
 	for {
 		ownerChanged, storeChanged := c.cfg.Owner.Changed(), c.store.Changed()
 		recs, _ := c.records()
-		names := slices.Sorted(maps.Keys(recs))
-		if !slices.Equal(names, known) {
-			known = names
+		if sig := itemsSignature(c.Items()); sig != known {
+			known = sig
 			c.cfg.Owner.Refresh()
 		}
 		wake := c.reconcile(ctx, recs)
@@ -115,21 +173,35 @@ func (c *Coordinator) follow(ctx context.Context) {
 	}
 }
 
-// weigh tells the group the byte rate of each mirror run here since the
-// last tick (last: the bytes mirrored then), and returns the bytes now.
+// weigh tells the group the byte rate of each item run here since the last
+// tick (last: the bytes mirrored then), and returns the bytes now: a
+// partition given as an item weighs its own, a home those of the
+// partitions it runs that are no items yet.
 func (c *Coordinator) weigh(last map[string]int64) map[string]int64 {
+	view := c.cfg.Owner.View()
 	now := map[string]int64{}
 	for _, m := range c.Describe() {
-		var b int64
+		home := mirrorKey(m.Name)
+		if m.Share == "" {
+			now[home] = 0
+		}
 		for _, t := range m.Topics {
 			for _, p := range t.Partitions {
-				b += p.Bytes
+				item := mirror.PartitionKey(m.Name, fetcher.TP{Topic: t.Name, Partition: p.Partition})
+				if _, given := view.Items[item]; !given {
+					if m.Share != "" {
+						continue // not this agent's to weigh
+					}
+					item = home
+				}
+				now[item] += p.Bytes
 			}
 		}
-		now[m.Name] = b
-		if prev, ok := last[m.Name]; ok && b >= prev {
-			// At least 1: a mirror that idles still counts.
-			c.cfg.Owner.SetWeight(mirrorKey(m.Name), max(1, (b-prev)*int64(time.Second)/int64(weighEvery)))
+	}
+	for item, b := range now {
+		if prev, ok := last[item]; ok && b >= prev {
+			// At least 1: an item that idles still counts.
+			c.cfg.Owner.SetWeight(item, max(1, (b-prev)*int64(time.Second)/int64(weighEvery)))
 		}
 	}
 	return now
@@ -157,37 +229,90 @@ func (c *Coordinator) records() (recs map[string]mirror.Record, unreadable map[s
 	return recs, unreadable
 }
 
-// reconcile stops the mirrors this agent may no longer run, starts those
-// it now may, and passes spec changes another agent wrote on to the
-// runners. It returns when it should look again for a mirror whose wait is
-// not over (zero: nothing to wait for).
+// share is what of one mirror the group gives this agent, writable now.
+type share struct {
+	home  bool
+	parts map[fetcher.TP]string // partition: its item
+}
+
+// shares are the items of view writable at now, by mirror, and when the
+// first item not writable yet will be (zero: none waits).
+func shares(view membership.View, now time.Time) (map[string]*share, time.Time) {
+	out := map[string]*share{}
+	var wake time.Time
+	of := func(name string) *share {
+		if out[name] == nil {
+			out[name] = &share{parts: map[fetcher.TP]string{}}
+		}
+		return out[name]
+	}
+	for item, g := range view.Items {
+		if now.Before(g.WritableAt) {
+			if wake.IsZero() || g.WritableAt.Before(wake) {
+				wake = g.WritableAt
+			}
+			continue
+		}
+		if name, ok := strings.CutPrefix(item, "mirror/"); ok {
+			of(name).home = true
+		} else if name, tp, ok := mirror.ParsePartitionKey(item); ok {
+			of(name).parts[tp] = item
+		}
+	}
+	return out, wake
+}
+
+// itemMirror is the mirror an item is of.
+func itemMirror(item string) string {
+	if name, ok := strings.CutPrefix(item, "mirror/"); ok {
+		return name
+	}
+	name, _, _ := mirror.ParsePartitionKey(item)
+	return name
+}
+
+// reconcile stops the runners this agent may no longer run, starts those
+// it now may, gives each its partitions, and passes spec changes another
+// agent wrote on to the runners. It returns when it should look again for
+// an item whose wait is not over (zero: nothing to wait for).
 func (c *Coordinator) reconcile(ctx context.Context, recs map[string]mirror.Record) (wake time.Time) {
 	view := c.cfg.Owner.View()
-	now := time.Now()
+	want, wake := shares(view, time.Now())
 
 	c.mu.Lock()
+	held := map[string]membership.Grant{} // what this agent was given before, and is given now
+	maps.Copy(held, c.granted)
+	maps.Copy(held, view.Items)
 	for name, m := range c.mirrors {
+		sh := want[name]
+		rec, ok := recs[name]
 		restart := false
-		if _, owned := view.Items[mirrorKey(name)]; owned {
-			if rec, ok := recs[name]; ok {
-				id, epoch := m.Producer()
-				if id == rec.ProducerID && epoch == rec.Epoch {
-					if !reflect.DeepEqual(m.Spec(), rec.Spec) {
-						m.SetSpec(rec.Spec)
-					}
-					continue
+		if ok && sh != nil && sh.home == m.Home() {
+			id, epoch := m.Producer()
+			if id == rec.ProducerID && epoch == rec.Epoch {
+				if !reflect.DeepEqual(m.Spec(), rec.Spec) {
+					m.SetSpec(rec.Spec)
 				}
-				// Agents that started together each created the
-				// mirror with a producer of their own; the state
-				// topic keeps the last record, which every agent
-				// runs from now on, this one too.
-				c.log.Warn("the mirror's record names another producer (another agent created it at the same time): restarting it with that one",
-					"mirror", name, "producer_id", id, "record_producer_id", rec.ProducerID)
-				restart = true
+				m.SetParts(c.partGates(sh), c.listed(view, name))
+				continue
+			}
+			// Agents that started together each created the mirror
+			// with a producer of their own; the state topic keeps the
+			// last record, which every agent runs from now on, this
+			// one too.
+			c.log.Warn("the mirror's record names another producer (another agent created it at the same time): restarting it with that one",
+				"mirror", name, "producer_id", id, "record_producer_id", rec.ProducerID)
+			restart = true
+		}
+		// Taken from this agent, deleted by another, restarted, or its
+		// home moved to or from this agent: stop it, and hand on what
+		// it had once every write of it returned.
+		var items []string
+		for item := range held {
+			if itemMirror(item) == name {
+				items = append(items, item)
 			}
 		}
-		// Taken from this agent, deleted by another, or restarted:
-		// stop it, and hand it on once every write of it returned.
 		delete(c.mirrors, name)
 		done := make(chan struct{})
 		c.stopping[name] = done
@@ -195,26 +320,33 @@ func (c *Coordinator) reconcile(ctx context.Context, recs map[string]mirror.Reco
 			m.Stop()
 			c.mu.Lock()
 			delete(c.stopping, name)
-			// A mirror restarted here is handed on only when the group
-			// took it meanwhile (else the next pass hands it on).
-			_, owned := c.cfg.Owner.View().Items[mirrorKey(name)]
+			now := c.cfg.Owner.View().Items
+			var lost []string
+			for _, item := range items {
+				// A mirror restarted here is handed on only where the
+				// group took it meanwhile (else the next pass does).
+				if _, owned := now[item]; !owned {
+					lost = append(lost, item)
+				}
+			}
 			c.mu.Unlock()
 			close(done)
 			select {
 			case c.stopped <- struct{}{}: // reconcile again: it may be ours again
 			default:
 			}
-			if !restart || !owned {
-				c.cfg.Owner.Released(mirrorKey(name))
-				c.log.Info("mirror handed on", "mirror", name)
+			if len(lost) > 0 {
+				c.cfg.Owner.Released(lost...)
+				c.log.Info("mirror handed on", "mirror", name, "items", len(lost), "restart", restart)
 			}
 		}()
 	}
-	// Items lost before their mirror started here (still waiting, or
-	// never in the state topic here) have nothing to stop: released now.
+	// Items lost whose mirror does not run here (still waiting, or never
+	// in the state topic here) have nothing to stop: released now. Those
+	// of a runner that goes on are its to release (Runner.SetParts).
 	var idle []string
 	for item := range c.granted {
-		name, _ := strings.CutPrefix(item, "mirror/")
+		name := itemMirror(item)
 		_, running := c.mirrors[name]
 		_, stopping := c.stopping[name]
 		if _, owned := view.Items[item]; !owned && !running && !stopping {
@@ -226,20 +358,13 @@ func (c *Coordinator) reconcile(ctx context.Context, recs map[string]mirror.Reco
 		c.cfg.Owner.Released(idle...)
 	}
 	var start []mirror.Record
-	for item, g := range view.Items {
-		name, _ := strings.CutPrefix(item, "mirror/")
+	for name := range want {
 		rec, ok := recs[name]
 		if _, running := c.mirrors[name]; !ok || running {
 			continue
 		}
 		if _, stopping := c.stopping[name]; stopping {
 			continue // its stop wakes follow, which reconciles again
-		}
-		if now.Before(g.WritableAt) {
-			if wake.IsZero() || g.WritableAt.Before(wake) {
-				wake = g.WritableAt
-			}
-			continue
 		}
 		start = append(start, rec)
 	}
@@ -268,13 +393,65 @@ func (c *Coordinator) reconcile(ctx context.Context, recs map[string]mirror.Reco
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	fresh, _ := c.records()
+	view = c.cfg.Owner.View()
+	want, _ = shares(view, time.Now())
 	for _, rec := range start {
-		if rec, ok := fresh[rec.Spec.Name]; ok && c.runCtx.Err() == nil {
-			c.startLocked(rec)
-			c.log.Info("mirror taken on", "mirror", rec.Spec.Name, "generation", view.Generation)
+		name := rec.Spec.Name
+		rec, ok := fresh[name]
+		sh := want[name]
+		if !ok || sh == nil || c.runCtx.Err() != nil {
+			continue
 		}
+		if _, running := c.mirrors[name]; running {
+			continue
+		}
+		c.startShareLocked(rec, sh, view)
+		c.log.Info("mirror taken on", "mirror", name, "home", sh.home, "partitions", len(sh.parts), "generation", view.Generation)
 	}
 	return wake
+}
+
+// startShareLocked starts a runner of rec for the share sh of it given to
+// this agent (group mode).
+func (c *Coordinator) startShareLocked(rec mirror.Record, sh *share, view membership.View) {
+	name := rec.Spec.Name
+	m := mirror.New(c.runners, rec)
+	m.Share(sh.home, func(tp fetcher.TP) {
+		c.cfg.Owner.Released(mirror.PartitionKey(name, tp))
+		c.log.Info("partition handed on", "mirror", name, "partition", tp.String())
+	})
+	m.SetParts(c.partGates(sh), c.listed(view, name))
+	var t mirrorapi.Throttle
+	if mirror.ReadRecord(c.store, throttleKey(name), &t) {
+		m.SetThrottle(&t) // before its first fetch
+	}
+	c.mirrors[name] = m
+	ctx := c.runCtx
+	if sh.home {
+		ctx = c.ownerCtx(ctx, name)
+	}
+	m.Start(ctx)
+}
+
+// partGates are the partitions of sh, each with the check of its item.
+func (c *Coordinator) partGates(sh *share) map[fetcher.TP]func() error {
+	out := make(map[fetcher.TP]func() error, len(sh.parts))
+	for tp, item := range sh.parts {
+		out[tp] = func() error { return c.cfg.Owner.Check(item) }
+	}
+	return out
+}
+
+// listed says, of mirror name's partitions, which the group has given to
+// an agent, now or before (view's generation and its history): its home
+// runs the others.
+func (c *Coordinator) listed(view membership.View, name string) func(fetcher.TP) bool {
+	return func(tp fetcher.TP) bool {
+		item := mirror.PartitionKey(name, tp)
+		_, owned := view.Owners[item]
+		_, known := view.History[item]
+		return owned || known
+	}
 }
 
 // ownerError says which agent runs mirror name when it is not this one.

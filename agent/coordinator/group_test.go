@@ -70,21 +70,31 @@ func (a *groupAgent) stop() {
 	a.member.Close()
 }
 
-// running returns the mirrors each agent runs.
+// running returns the agents that run each mirror's home (its name) and
+// each of its partitions ("NAME/TOPIC/P").
 func running(agents []*groupAgent) map[string][]string {
 	out := map[string][]string{}
 	for _, a := range agents {
 		for _, m := range a.co.Describe() {
-			out[m.Name] = append(out[m.Name], a.id)
+			if m.Share == "" {
+				out[m.Name] = append(out[m.Name], a.id)
+			}
+			for _, t := range m.Topics {
+				for _, p := range t.Partitions {
+					k := fmt.Sprintf("%s/%s/%d", m.Name, t.Name, p.Partition)
+					out[k] = append(out[k], a.id)
+				}
+			}
 		}
 	}
 	return out
 }
 
-// TestGroupMode: three agents share four mirrors, each run by exactly one;
-// one agent stops, the others take its mirrors on, and every destination
-// topic is identical to its source, record for record and offset for
-// offset.
+// TestGroupMode: three agents share four mirrors of two partitions each:
+// each home and each partition run by exactly one agent, the partitions
+// spread over all three; one agent stops, the others take its share on,
+// and every destination topic is identical to its source, record for
+// record and offset for offset.
 func TestGroupMode(t *testing.T) {
 	for _, engine := range []devcluster.EngineKind{devcluster.Embedded, devcluster.Kafka} {
 		t.Run(string(engine), func(t *testing.T) { testGroupMode(t, engine) })
@@ -142,14 +152,14 @@ func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
 		}
 	}
 
-	// waitRunning waits until every mirror runs on exactly one agent of
-	// alive, and returns who runs what.
+	// waitRunning waits until every mirror's home and every partition
+	// runs on exactly one agent of alive, and returns who runs what.
 	waitRunning := func(alive []*groupAgent) map[string][]string {
 		t.Helper()
 		var got map[string][]string
 		for ctx.Err() == nil {
 			got = running(alive)
-			ok := len(got) == mirrors
+			ok := len(got) == mirrors*3
 			for _, who := range got {
 				ok = ok && len(who) == 1
 			}
@@ -158,8 +168,18 @@ func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		t.Fatalf("mirrors not each run by one agent: %v", got)
+		t.Fatalf("mirror homes and partitions not each run by one agent: %v", got)
 		return nil
+	}
+	// partitionsOf counts the partitions each agent runs in who.
+	partitionsOf := func(who map[string][]string) map[string]int {
+		out := map[string]int{}
+		for k, agents := range who {
+			if strings.Contains(k, "/") {
+				out[agents[0]]++
+			}
+		}
+		return out
 	}
 	// identical waits until every destination topic has caught up with
 	// its source, then compares them.
@@ -192,15 +212,21 @@ func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
 		}
 	}
 
-	owners := waitRunning(agents)
-	per := map[string]int{}
-	for _, who := range owners {
-		per[who[0]]++
+	// The partitions start with their mirrors' homes and spread from
+	// there.
+	var owners map[string][]string
+	var per map[string]int
+	for ctx.Err() == nil {
+		owners = waitRunning(agents)
+		if per = partitionsOf(owners); len(per) == 3 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	if len(per) != 3 {
-		t.Errorf("mirrors run by %v, want every agent to run at least one", per)
+		t.Errorf("partitions run by %v, want every agent to run at least one", per)
 	}
-	t.Logf("mirrors: %v", owners)
+	t.Logf("homes and partitions: %v", owners)
 	identical("three agents")
 
 	// Two agents that created m0 at the same time, each with a producer
@@ -234,7 +260,9 @@ func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
 	produce(11, 100)
 	identical("m0 restarted with another agent's producer")
 
-	// Stop the agent with the most mirrors while records keep coming.
+	// Stop the agent with the most partitions while records keep coming.
+	owners = waitRunning(agents)
+	per = partitionsOf(owners)
 	victim := slices.MaxFunc(agents, func(a, b *groupAgent) int { return per[a.id] - per[b.id] })
 	var moved []string
 	for name, who := range owners {
@@ -260,7 +288,7 @@ func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
 			t.Errorf("mirror %s still on the stopped agent", name)
 		}
 	}
-	t.Logf("%s stopped; its mirrors %v run on %v within %v", victim.id, moved, after, took.Round(time.Millisecond))
+	t.Logf("%s stopped; its homes and partitions %v run on %v within %v", victim.id, moved, after, took.Round(time.Millisecond))
 	identical("after " + victim.id + " stopped")
 	for _, a := range alive {
 		for _, m := range a.co.Describe() {
@@ -273,9 +301,13 @@ func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
 			}
 		}
 	}
-	// A mirror on another agent refuses lifecycle calls here, naming why.
+	// A mirror whose home is on another agent refuses lifecycle calls
+	// here, naming why.
 	refused := false
 	for name, who := range after {
+		if strings.Contains(name, "/") {
+			continue
+		}
 		for _, a := range alive {
 			if a.id == who[0] || refused {
 				continue
@@ -301,32 +333,115 @@ func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
 	produce(4, 200)
 	all := waitRunning([]*groupAgent{survivor})
 	took = time.Since(crashedAt)
-	t.Logf("%s crashed; %s runs %d mirrors %v later", crashed.id, survivor.id, len(all), took.Round(time.Millisecond))
+	t.Logf("%s crashed; %s runs %d homes and partitions %v later", crashed.id, survivor.id, len(all), took.Round(time.Millisecond))
 	if took < 5*time.Second {
 		t.Errorf("the mirrors of the crashed agent moved after %v, before its session (6s) could have run out", took)
 	}
 	identical("after " + crashed.id + " crashed")
 
-	// A new agent joins: mirrors move to it, handed on (no wait), and
-	// the survivor keeps the rest running.
+	// A new agent joins: partitions move to it, handed on (no wait), and
+	// the survivor keeps the rest running. The homes stay: each has its
+	// partitions' records, so only partitions move (8 partitions and 4
+	// homes of weight 1: 6 partitions go, 2 stay beside the homes).
 	joined := startGroupAgent(t, dstOpts, group, "agent-3")
 	joinedAt := time.Now()
 	produce(5, 200)
 	var split map[string][]string
 	for ctx.Err() == nil {
 		split = waitRunning([]*groupAgent{survivor, joined})
-		n := 0
-		for _, who := range split {
-			if who[0] == joined.id {
-				n++
-			}
-		}
-		if n == mirrors/2 {
+		if partitionsOf(split)[joined.id] == 6 {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Logf("%s joined; mirrors %v within %v", joined.id, split, time.Since(joinedAt).Round(time.Millisecond))
+	if n := partitionsOf(split)[joined.id]; n != 6 {
+		t.Errorf("%s runs %d partitions, want 6: %v", joined.id, n, split)
+	}
+	t.Logf("%s joined; homes and partitions %v within %v", joined.id, split, time.Since(joinedAt).Round(time.Millisecond))
 	produce(6, 200)
 	identical("after " + joined.id + " joined")
+
+	// Lifecycle operations on a mirror whose partitions run elsewhere
+	// than its home: the home gathers them first, and carries the
+	// operation out as a lone agent does.
+	pair := []*groupAgent{survivor, joined}
+	byID := map[string]*groupAgent{survivor.id: survivor, joined.id: joined}
+	var spreadName string
+	for i := range mirrors {
+		name := fmt.Sprintf("m%d", i)
+		if home := split[name][0]; split[fmt.Sprintf("%s/%s/0", name, topics[i])][0] != home || split[fmt.Sprintf("%s/%s/1", name, topics[i])][0] != home {
+			spreadName = name
+			break
+		}
+	}
+	if spreadName == "" {
+		t.Fatalf("no mirror runs a partition away from its home: %v", split)
+	}
+	home := byID[split[spreadName][0]]
+	topic := topics[spreadName[1]-'0']
+	states := func(name string) map[string]string {
+		out := map[string]string{}
+		for _, a := range pair {
+			for _, m := range a.co.Describe() {
+				if m.Name != name {
+					continue
+				}
+				for _, tp := range m.Topics {
+					for _, p := range tp.Partitions {
+						out[fmt.Sprintf("%d", p.Partition)] = fmt.Sprintf("%s@%s", p.State, a.id)
+					}
+				}
+			}
+		}
+		return out
+	}
+	waitStates := func(name, want string, at *groupAgent) {
+		t.Helper()
+		for ctx.Err() == nil {
+			st := states(name)
+			ok := len(st) == 2
+			for _, v := range st {
+				ok = ok && strings.HasPrefix(v, want+"@") && (at == nil || v == want+"@"+at.id)
+			}
+			if ok {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatalf("%s: partitions %v, want both %s (on %v)", name, states(name), want, at)
+	}
+	pausing := time.Now()
+	if err := home.co.PauseTopics(ctx, spreadName, []string{topic}); err != nil {
+		t.Fatalf("pausing %s on its home %s, its partitions on %v: %v", spreadName, home.id, split, err)
+	}
+	waitStates(spreadName, string(mirrorapi.StatePaused), home)
+	t.Logf("%s paused on its home %s within %v, its partitions gathered there", spreadName, home.id, time.Since(pausing).Round(time.Millisecond))
+	produce(7, 100)
+	if err := home.co.ResumeTopics(ctx, spreadName, []string{topic}); err != nil {
+		t.Fatal(err)
+	}
+	waitStates(spreadName, string(mirrorapi.StateMirroring), nil)
+	identical("paused and resumed " + spreadName)
+
+	// A promote of a spread mirror: every partition stops at the source's
+	// end (nothing is produced now) and is STOPPED on the home.
+	after = waitRunning(pair)
+	promoted := ""
+	for i := range mirrors {
+		name := fmt.Sprintf("m%d", i)
+		if h := after[name][0]; after[fmt.Sprintf("%s/%s/0", name, topics[i])][0] != h || after[fmt.Sprintf("%s/%s/1", name, topics[i])][0] != h {
+			promoted = name
+			break
+		}
+	}
+	if promoted == "" {
+		t.Fatalf("no mirror runs a partition away from its home: %v", after)
+	}
+	home = byID[after[promoted][0]]
+	if err := home.co.StopTopics(ctx, promoted, []string{topics[promoted[1]-'0']}, coordinator.StopPromote); err != nil {
+		t.Fatalf("promoting %s on its home %s, its partitions on %v: %v", promoted, home.id, after, err)
+	}
+	waitStates(promoted, string(mirrorapi.StateStopped), home)
+	identical("promoted " + promoted)
+	t.Logf("%s, its partitions on %v, promoted on its home %s", promoted, after, home.id)
 }

@@ -12,6 +12,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/kmirror/kmirror/agent/mirror"
 	"github.com/kmirror/kmirror/agent/partition"
@@ -87,6 +89,12 @@ func (c *Coordinator) RecoverTopicsWith(ctx context.Context, name string, topics
 // lifecycle checks a lifecycle operation on topics of mirror name, then has
 // the mirror's runner plan it against every partition and carry it out.
 func (c *Coordinator) lifecycle(ctx context.Context, name string, topics []string, op partition.Op) error {
+	if err := c.gather(ctx, name); err != nil {
+		return err
+	}
+	// Partitions the operation leaves paused, stopping, stopped or failed
+	// keep the mirror gathered (Items); the others may spread again.
+	defer c.ungather(ctx, name)
 	adminMu.Lock()
 	defer adminMu.Unlock()
 	rec, ok, err := c.record(name)
@@ -132,6 +140,82 @@ func (c *Coordinator) lifecycle(ctx context.Context, name string, topics []strin
 		}
 	}
 	return m.Execute(ctx, plan)
+}
+
+// gatherTimeout bounds how long a lifecycle operation waits for the group
+// to gather a mirror's partitions on its home's agent: a rebalance takes
+// the partitions from their agents once their writes returned, and the
+// next gives them to the home's.
+const gatherTimeout = 30 * time.Second
+
+// gather, in group mode, pins mirror name to this agent, its home's, for a
+// lifecycle operation: the group gives every partition of it to this agent
+// (Items), and gather waits until it has them all. A mirror pinned already
+// (a partition of it paused, failed; a throttle) is gathered already.
+func (c *Coordinator) gather(ctx context.Context, name string) error {
+	if c.cfg.Owner == nil {
+		return nil
+	}
+	if _, ok := c.store.Get(mirrorKey(name)); !ok {
+		return nil // the operation says so
+	}
+	if err := c.ownerError(name); err != nil {
+		return err
+	}
+	if _, ok := c.store.Get(pinPrefix + name); !ok {
+		if err := c.store.Put(c.ownerCtx(ctx, name), pinPrefix+name, []byte(c.cfg.AgentID)); err != nil {
+			return fmt.Errorf("gathering the partitions of mirror %q on this agent for the operation: %w", name, err)
+		}
+	}
+	c.cfg.Owner.Refresh()
+	deadline := time.Now().Add(gatherTimeout)
+	for {
+		elsewhere := c.scattered(name)
+		if len(elsewhere) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("mirror %q: %w: %d of its partitions are not on this agent, its home, after %v (%s): retry shortly",
+				name, ErrGathering, len(elsewhere), gatherTimeout, strings.Join(elsewhere[:min(len(elsewhere), 3)], ", "))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// scattered are the partition items of mirror name that this agent's
+// runner of it does not have writable yet.
+func (c *Coordinator) scattered(name string) []string {
+	m := c.running(name)
+	if m == nil {
+		return []string{mirrorKey(name)}
+	}
+	var out []string
+	for _, k := range c.store.Keys("partition/" + name + "/") {
+		if _, tp, ok := mirror.ParsePartitionKey(k); ok && !m.Given(tp) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// ungather lets mirror name's partitions spread over the group again,
+// unless what they are in keeps them gathered (Items).
+func (c *Coordinator) ungather(ctx context.Context, name string) {
+	if c.cfg.Owner == nil {
+		return
+	}
+	if _, ok := c.store.Get(pinPrefix + name); !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := c.store.Put(ctx, pinPrefix+name, nil); err != nil {
+		c.log.Warn("the mirror stays gathered on this agent", "mirror", name, "error", err)
+	}
 }
 
 func opVerb(op partition.Op) string {

@@ -52,6 +52,15 @@ func (c *Coordinator) Throttle(name string) (mirrorapi.Throttle, error) {
 // the mirror's next fetch. The source quota is changed first and the
 // throttle persisted last, so that a failure leaves everything as it was.
 func (c *Coordinator) SetThrottle(ctx context.Context, name string, t mirrorapi.Throttle) error {
+	if err := t.Validate(); err != nil {
+		return &InvalidSpecError{Err: err}
+	}
+	// In group mode every partition of a throttled mirror runs on its
+	// home's agent, whose fetchers enforce the throttle.
+	if err := c.gather(ctx, name); err != nil {
+		return err
+	}
+	defer c.ungather(ctx, name) // its throttle record keeps it gathered
 	adminMu.Lock()
 	defer adminMu.Unlock()
 	if err := t.Validate(); err != nil {

@@ -170,6 +170,10 @@ type View struct {
 	// an item taken from its owner this generation, to be handed on in
 	// the next, has none.
 	Owners map[string]string
+	// History is the process that last owned each item, in this
+	// generation or an earlier one (read only): an item not in it was
+	// never given to an agent, as far as the group knows.
+	History map[string]Process
 }
 
 // Member is one agent's membership of the group.
@@ -301,7 +305,7 @@ func (m *Member) Abandon() {
 func (m *Member) View() View {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return View{Generation: m.gen, MemberID: m.memberID, Leader: m.leader, Items: maps.Clone(m.items), Members: slices.Clone(m.members), Owners: m.owners}
+	return View{Generation: m.gen, MemberID: m.memberID, Leader: m.leader, Items: maps.Clone(m.items), Members: slices.Clone(m.members), Owners: m.owners, History: m.history}
 }
 
 // Changed is closed at the next change of View.

@@ -60,6 +60,7 @@ type Runner struct {
 	throttle  *throttle   // enforced by every fetcher of the mirror (throttle.go)
 	sync      *metaSync   // metadata sync (metasync.go)
 	recreates recreates   // recover with recreate (recreate.go)
+	shared    *shared     // what of the mirror it runs; nil: all (share.go)
 }
 
 // New returns the runner of the mirror rec; Start runs it.
@@ -225,9 +226,14 @@ func (m *Runner) runConnected(ctx context.Context) error {
 		m.mu.Unlock()
 		m.conn.down()
 	}()
-	m.wg.Go(func() { m.runSync(fctx, src) })
+	home := m.Home()
+	if home {
+		m.wg.Go(func() { m.runSync(fctx, src) })
+	}
 	for {
-		m.discoverTopics(fctx, srcAdm)
+		if home {
+			m.discoverTopics(fctx, srcAdm)
+		}
 		m.syncTopics(fctx, mgr, sourceReader{src, srcMeta}, f)
 		m.refreshSourceEnds(fctx, srcAdm)
 		select {
@@ -244,6 +250,9 @@ func (m *Runner) Status() mirrorapi.Mirror {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	st := mirrorapi.Mirror{Name: m.spec.Name, Source: kafkaconn.Redact(m.spec.Source), TopicRegex: slices.Clone(m.spec.TopicRegex), StateCounts: map[partition.State]int{}, Sync: m.sync.tracker.Status()}
+	if !m.Home() {
+		st.Share = mirrorapi.SharePartitions
+	}
 	m.conn.statusInto(&st)
 	m.settingsLocked(&st)
 	m.throttle.statusInto(&st, m.spec.Topics)

@@ -126,9 +126,46 @@ func (t *topicID) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-func topicKey(m, t string) string { return "topic/" + m + "/" + t }
-func partitionKey(m string, tp fetcher.TP) string {
+func topicKey(m, t string) string                 { return "topic/" + m + "/" + t }
+func partitionKey(m string, tp fetcher.TP) string { return PartitionKey(m, tp) }
+
+// PartitionKey is the key of the record of mirror m's partition tp, which
+// is also the partition's item in the agents' group.
+func PartitionKey(m string, tp fetcher.TP) string {
 	return fmt.Sprintf("partition/%s/%s/%d", m, tp.Topic, tp.Partition)
+}
+
+// ParsePartitionKey splits a PartitionKey; ok is false for any other key.
+func ParsePartitionKey(k string) (m string, tp fetcher.TP, ok bool) {
+	rest, ok := strings.CutPrefix(k, "partition/")
+	if !ok {
+		return "", tp, false
+	}
+	f := strings.Split(rest, "/")
+	if len(f) != 3 {
+		return "", tp, false
+	}
+	p, err := strconv.ParseInt(f[2], 10, 32)
+	if err != nil || f[0] == "" || f[1] == "" {
+		return "", tp, false
+	}
+	return f[0], fetcher.TP{Topic: f[1], Partition: int32(p)}, true
+}
+
+// Spreads says whether a partition in the state its record v holds may run
+// on another agent than its mirror's home: while it mirrors. The others
+// (paused, stopping, stopped, failed) change only through lifecycle
+// operations, which the home carries out.
+func Spreads(v []byte) bool {
+	var pr partitionRecord
+	if json.Unmarshal(v, &pr) != nil {
+		return false
+	}
+	switch pr.State {
+	case "", partition.Initializing, partition.Mirroring:
+		return true
+	}
+	return false
 }
 func alignmentKey(m string, tp fetcher.TP) string {
 	return fmt.Sprintf("alignment/%s/%s/%d", m, tp.Topic, tp.Partition)

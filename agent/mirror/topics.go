@@ -12,6 +12,7 @@ import (
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/agent/topics"
+	"github.com/kmirror/kmirror/agent/writegate"
 	"github.com/kmirror/kmirror/internal/reason"
 )
 
@@ -54,6 +55,16 @@ func topicErrCode(err error) reason.Code {
 }
 
 func (m *Runner) syncTopic(ctx context.Context, mgr *topics.Manager, source sourceReader, f *fetcher.Fetcher, topic string) error {
+	if !m.Home() {
+		// The home keeps the topic; this runner reads the source
+		// topic and runs the partitions given to its agent.
+		info, err := mgr.Source(ctx, topic)
+		if err != nil {
+			return err
+		}
+		m.startPartitions(ctx, source, f, topic, info)
+		return nil
+	}
 	name := m.rec.Spec.Name
 	if m.restoreStoppedTopic(topic) {
 		// A stopped topic is an ordinary destination topic now: neither
@@ -118,6 +129,15 @@ func (m *Runner) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 		m.cfg.Writer.Meta().Invalidate(topic)
 		source.meta.Invalidate(topic)
 	}
+	m.startPartitions(ctx, source, f, topic, info)
+	return nil
+}
+
+// startPartitions starts a partition mirror for every partition of topic
+// this runner runs (its share) that does not run yet, or restores it from
+// its persisted state.
+func (m *Runner) startPartitions(ctx context.Context, source sourceReader, f *fetcher.Fetcher, topic string, info topics.Info) {
+	name := m.rec.Spec.Name
 	keyed := info.SourceCompacted()
 	for p := int32(0); p < info.SourcePartitions; p++ {
 		tp := fetcher.TP{Topic: topic, Partition: p}
@@ -126,8 +146,9 @@ func (m *Runner) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 		if running && rp.placeholder {
 			running = false
 		}
+		gate, mine := m.runsLocked(tp)
 		m.mu.Unlock()
-		if running {
+		if running || !mine {
 			continue
 		}
 		recovering := m.life.takeRecovering(tp)
@@ -144,13 +165,25 @@ func (m *Runner) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 			// Failed, paused and stopped partitions stay so across
 			// restarts until an operation moves them; a failover stop
 			// that was under way is finished.
+			m.mu.Lock()
+			if rp := m.parts[tp]; rp != nil {
+				rp.gated = gate != nil
+			}
+			m.mu.Unlock()
 			continue
 		}
 		pm := partition.New(cfg)
-		pctx, stop := context.WithCancel(ctx)
+		pctx, stop := context.WithCancel(writegate.With(ctx, gate))
 		done := make(chan struct{})
 		m.mu.Lock()
-		m.parts[tp] = &runningPartition{pm: pm, stop: stop, done: done}
+		if now, mine := m.runsLocked(tp); !mine || (now != nil) != (gate != nil) {
+			// Its share changed meanwhile (SetParts): the next look
+			// starts it as the share says, if at all.
+			m.mu.Unlock()
+			stop()
+			continue
+		}
+		m.parts[tp] = &runningPartition{pm: pm, stop: stop, done: done, gated: gate != nil}
 		m.mu.Unlock()
 		m.wg.Add(1)
 		go func() {
@@ -172,7 +205,6 @@ func (m *Runner) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 			m.startPromote(tp, pm)
 		}
 	}
-	return nil
 }
 
 // idCheck is what a topic sync does about the ids of a topic the agent

@@ -233,6 +233,18 @@ func (m *Manager) EnsureMaxMessageBytes(ctx context.Context, topic string, batch
 	return true, nil
 }
 
+// Source reads what a partition mirror needs of the source topic without
+// touching the destination: its id, partition count and cleanup policy (the
+// Info of a topic whose destination is another agent's to keep, group
+// mode).
+func (m *Manager) Source(ctx context.Context, topic string) (Info, error) {
+	st, err := m.readSource(ctx, topic)
+	if err != nil {
+		return Info{}, err
+	}
+	return Info{Topic: topic, SourceTopicID: st.id, SourcePartitions: st.partitions, SourceCleanupPolicy: st.cleanupPolicy}, nil
+}
+
 // readSource reads the source topic's id, partition count and configs.
 func (m *Manager) readSource(ctx context.Context, topic string) (sourceTopic, error) {
 	n, id, err := m.SourcePartitions(ctx, topic)

@@ -70,6 +70,11 @@ type Mirror struct {
 	// mirror and described it (coordination = "group"); empty with the
 	// writer lease, where the active agent runs every mirror.
 	Agent string `json:"agent,omitempty"`
+	// Share is set only between the agents of a group: "partitions" when
+	// the agent describing the mirror runs some of its partitions, and
+	// another agent runs the mirror itself (its mirror-level fields are
+	// that agent's to tell).
+	Share string `json:"share,omitempty"`
 
 	// The mirror's settings (MirrorSpec) with the defaults they stand for
 	// resolved: what the agent uses.
@@ -88,6 +93,10 @@ type Mirror struct {
 	TxnTimeoutMs   int64  `json:"txn_timeout_ms,omitempty"`
 	TxnTimeoutFrom string `json:"txn_timeout_from,omitempty"`
 }
+
+// SharePartitions is Mirror.Share of an agent that runs some of a mirror's
+// partitions only.
+const SharePartitions = "partitions"
 
 // Topic is one mirror topic.
 type Topic struct {
@@ -158,6 +167,9 @@ type Partition struct {
 	// (StopModeFailover or StopModePromote); empty otherwise, and for
 	// partitions stopped before the agent kept it.
 	StopMode string `json:"stop_mode,omitempty"`
+	// Agent is the agent of the group that runs the partition
+	// (coordination = "group"); empty with the writer lease.
+	Agent string `json:"agent,omitempty"`
 	// SourceOffset is the source high watermark last seen, at
 	// SourceOffsetAt.
 	SourceOffset     int64 `json:"source_offset"`
@@ -329,8 +341,12 @@ type GroupMember struct {
 	AgentID string `json:"agent_id"`
 	// API is where its API answers, as it told the group.
 	API string `json:"api,omitempty"`
-	// Mirrors are the mirrors it runs, by name.
+	// Mirrors are the mirrors whose home it runs (each mirror's own work,
+	// and its partitions not yet given out), by name.
 	Mirrors []string `json:"mirrors"`
+	// Partitions are the partitions the group gave it, as
+	// MIRROR/TOPIC/PARTITION.
+	Partitions []string `json:"partitions,omitempty"`
 	// Weight is its share of the work when the group last divided it:
 	// the byte rates (bytes per second) of its mirrors as their agents
 	// measured them, 1 for a mirror not measured yet.

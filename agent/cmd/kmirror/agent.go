@@ -480,14 +480,20 @@ func groupID(stateTopic string) string { return "kmirror-agents." + stateTopic }
 // groupMembers lists the group's agents for /v1/agent.
 func groupMembers(v membership.View) []mirrorapi.GroupMember {
 	var out []mirrorapi.GroupMember
-	owned := map[string][]string{}
+	homes, parts := map[string][]string{}, map[string][]string{}
 	for item, agent := range v.Owners {
-		owned[agent] = append(owned[agent], strings.TrimPrefix(item, "mirror/"))
+		if name, ok := strings.CutPrefix(item, "mirror/"); ok {
+			homes[agent] = append(homes[agent], name)
+		} else if p, ok := strings.CutPrefix(item, "partition/"); ok {
+			parts[agent] = append(parts[agent], p)
+		}
 	}
 	for _, mm := range v.Members {
-		ms := append([]string{}, owned[mm.Agent]...)
+		ms := append([]string{}, homes[mm.Agent]...)
 		slices.Sort(ms)
-		out = append(out, mirrorapi.GroupMember{AgentID: mm.Agent, API: mm.API, Mirrors: ms, Weight: mm.Weight})
+		ps := parts[mm.Agent]
+		slices.Sort(ps)
+		out = append(out, mirrorapi.GroupMember{AgentID: mm.Agent, API: mm.API, Mirrors: ms, Partitions: ps, Weight: mm.Weight})
 	}
 	return out
 }

@@ -57,8 +57,8 @@ func (fixtureBackend) Describe() []coordinator.MirrorStatus {
 			StateCounts: map[mirrorapi.State]int{mirrorapi.StateMirroring: 2, mirrorapi.StateFailed: 1, mirrorapi.StatePaused: 1},
 			Topics: []mirrorapi.Topic{
 				{Name: "foo", Partitions: []mirrorapi.Partition{
-					p("foo", 0, 189, 189, mirrorapi.StateMirroring, "", ""),
-					p("foo", 1, 94, 84, mirrorapi.StateMirroring, "", ""),
+					withAgent(p("foo", 0, 189, 189, mirrorapi.StateMirroring, "", ""), "a1"),
+					withAgent(p("foo", 1, 94, 84, mirrorapi.StateMirroring, "", ""), "a2"),
 				}},
 				{Name: "bar", Partitions: []mirrorapi.Partition{stale, unread}},
 				{Name: "baz", Error: "source topic \"baz\" does not exist", ErrorCode: reason.SourceTopicMissing, Partitions: []mirrorapi.Partition{}},
@@ -76,6 +76,12 @@ func (fixtureBackend) Describe() []coordinator.MirrorStatus {
 			StateCounts: map[mirrorapi.State]int{}, Topics: []mirrorapi.Topic{},
 			GroupsInclude: []string{".*"}, GroupsExclude: []string{}, ACLInclude: []string{}, MetadataRefreshIntervalMs: 10000},
 	}
+}
+
+// withAgent is p run by agent (coordination = "group").
+func withAgent(p mirrorapi.Partition, agent string) mirrorapi.Partition {
+	p.Agent = agent
+	return p
 }
 
 // capture runs a command with stdout captured.

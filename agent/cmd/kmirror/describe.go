@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -147,7 +149,17 @@ func runDescribe(ctx context.Context, args []string) error {
 // of metadata sync once any sync ran, then each mirror's source and settings.
 func writeTable(w io.Writer, ms []mirrorapi.Mirror) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MIRROR\tTOPIC\tPARTITION\tSOURCE-OFFSET\tDESTINATION-OFFSET\tLAG\tSTATE")
+	// A group names the agent of each partition (coordination = "group").
+	grouped := slices.ContainsFunc(ms, func(m mirrorapi.Mirror) bool {
+		return slices.ContainsFunc(m.Topics, func(t mirrorapi.Topic) bool {
+			return slices.ContainsFunc(t.Partitions, func(p mirrorapi.Partition) bool { return p.Agent != "" })
+		})
+	})
+	header := "MIRROR\tTOPIC\tPARTITION\tSOURCE-OFFSET\tDESTINATION-OFFSET\tLAG\tSTATE"
+	if grouped {
+		header += "\tAGENT"
+	}
+	fmt.Fprintln(tw, header)
 	var notes []string
 	for _, m := range ms {
 		if m.Error != "" {
@@ -172,7 +184,11 @@ func writeTable(w io.Writer, ms []mirrorapi.Mirror) error {
 				if p.SourceOffsetAt.IsZero() {
 					src, lag = "?", "?"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", m.Name, t.Name, p.Partition, src, p.DestinationOffset, lag, p.State)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s", m.Name, t.Name, p.Partition, src, p.DestinationOffset, lag, p.State)
+				if grouped {
+					fmt.Fprintf(tw, "\t%s", cmp.Or(p.Agent, "-"))
+				}
+				fmt.Fprintln(tw)
 				if p.Reason != "" {
 					notes = append(notes, fmt.Sprintf("mirror %s %s/%d %s: %s", m.Name, t.Name, p.Partition, p.State, withCode(p.ReasonCode, p.Reason)))
 				}
@@ -194,7 +210,7 @@ func writeTable(w io.Writer, ms []mirrorapi.Mirror) error {
 	}
 	for _, m := range ms {
 		if m.Agent != "" {
-			fmt.Fprintf(w, "mirror %s runs on agent %s of the group\n", m.Name, m.Agent)
+			fmt.Fprintf(w, "mirror %s runs on agent %s of the group (its topics, metadata sync and lifecycle operations; AGENT runs each partition)\n", m.Name, m.Agent)
 		}
 		fmt.Fprintf(w, "mirror %s source: %s\n", m.Name, sourceLine(m))
 		fmt.Fprintf(w, "mirror %s settings: %s\n", m.Name, settingsLine(m))

@@ -55,11 +55,31 @@ func runStatus(ctx context.Context, args []string) error {
 				fmt.Fprintf(stdout, "    %s\t%s\n", name, partitionsLine(d))
 			}
 		}
+		if here := runBy(ms, m.AgentID); len(here.StateCounts) > 0 {
+			fmt.Fprintf(stdout, "    (runs)\t%s\n", partitionsLine(here))
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(stdout, "partitions and lag unknown: %v\n", err)
 	}
 	return nil
+}
+
+// runBy sums up, as one mirror, the partitions of ms that agent runs,
+// whichever mirror's they are.
+func runBy(ms []mirrorapi.Mirror, agent string) mirrorapi.Mirror {
+	out := mirrorapi.Mirror{StateCounts: map[mirrorapi.State]int{}}
+	for _, m := range ms {
+		for _, t := range m.Topics {
+			for _, p := range t.Partitions {
+				if p.Agent == agent {
+					out.StateCounts[p.State]++
+					out.MaxLag = max(out.MaxLag, p.Lag)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // partitionsLine sums up a mirror's partitions: how many, by state (as
