@@ -366,17 +366,22 @@ func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
 	// operation out as a lone agent does.
 	pair := []*groupAgent{survivor, joined}
 	byID := map[string]*groupAgent{survivor.id: survivor, joined.id: joined}
-	var spreadName string
-	for i := range mirrors {
-		name := fmt.Sprintf("m%d", i)
-		if home := split[name][0]; split[fmt.Sprintf("%s/%s/0", name, topics[i])][0] != home || split[fmt.Sprintf("%s/%s/1", name, topics[i])][0] != home {
-			spreadName = name
-			break
+	// spreadOne is a mirror that runs a partition on another agent than
+	// its home in who.
+	spreadOne := func(who map[string][]string) string {
+		t.Helper()
+		for i := range mirrors {
+			name := fmt.Sprintf("m%d", i)
+			for p := range 2 {
+				if who[fmt.Sprintf("%s/%s/%d", name, topics[i], p)][0] != who[name][0] {
+					return name
+				}
+			}
 		}
+		t.Fatalf("no mirror runs a partition away from its home: %v", who)
+		return ""
 	}
-	if spreadName == "" {
-		t.Fatalf("no mirror runs a partition away from its home: %v", split)
-	}
+	spreadName := spreadOne(split)
 	home := byID[split[spreadName][0]]
 	topic := topics[spreadName[1]-'0']
 	states := func(name string) map[string]string {
@@ -426,17 +431,7 @@ func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
 	// A promote of a spread mirror: every partition stops at the source's
 	// end (nothing is produced now) and is STOPPED on the home.
 	after = waitRunning(pair)
-	promoted := ""
-	for i := range mirrors {
-		name := fmt.Sprintf("m%d", i)
-		if h := after[name][0]; after[fmt.Sprintf("%s/%s/0", name, topics[i])][0] != h || after[fmt.Sprintf("%s/%s/1", name, topics[i])][0] != h {
-			promoted = name
-			break
-		}
-	}
-	if promoted == "" {
-		t.Fatalf("no mirror runs a partition away from its home: %v", after)
-	}
+	promoted := spreadOne(after)
 	home = byID[after[promoted][0]]
 	if err := home.co.StopTopics(ctx, promoted, []string{topics[promoted[1]-'0']}, coordinator.StopPromote); err != nil {
 		t.Fatalf("promoting %s on its home %s, its partitions on %v: %v", promoted, home.id, after, err)

@@ -176,9 +176,11 @@ func (m *Runner) startPartitions(ctx context.Context, source sourceReader, f *fe
 		pctx, stop := context.WithCancel(writegate.With(ctx, gate))
 		done := make(chan struct{})
 		m.mu.Lock()
-		if now, mine := m.runsLocked(tp); !mine || (now != nil) != (gate != nil) {
-			// Its share changed meanwhile (SetParts): the next look
-			// starts it as the share says, if at all.
+		if now, mine := m.runsLocked(tp); !mine || (now != nil) != (gate != nil) || m.parts[tp] != rp || (rp != nil && !rp.placeholder) {
+			// Its share changed meanwhile (SetParts), or a lifecycle
+			// operation took it (a pause of a partition given to this
+			// agent a moment ago): the next look starts it as the
+			// share and its state say, if at all.
 			m.mu.Unlock()
 			stop()
 			continue
