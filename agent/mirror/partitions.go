@@ -27,9 +27,6 @@ type runningPartition struct {
 	// placeholder: the mirror starts a new partition mirror in its place
 	// at its next look (resume, recover, promote).
 	placeholder bool
-	// gated: it runs under a check of its own, the partition given to
-	// this agent as an item of the group (share.go).
-	gated bool
 }
 
 // closedDone is the done channel of a partition that does not run.

@@ -20,6 +20,9 @@ package mirror
 // starts another runner when it changes.
 
 import (
+	"errors"
+	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/kmirror/kmirror/agent/fetcher"
@@ -29,10 +32,22 @@ import (
 type shared struct {
 	home     bool
 	released func(tp fetcher.TP)
-	// parts and listed, under the runner's mu.
+	// view is what SetParts gave last. The writer asks partitionCheck
+	// for every request, so it is read without the runner's lock (a part
+	// never takes the runner's lock).
+	view atomic.Pointer[shareView]
+}
+
+// shareView is one SetParts: the partitions given to this agent, each with
+// the check of its unit, and which partitions were ever given to an agent.
+type shareView struct {
 	parts  map[fetcher.TP]func() error
 	listed func(tp fetcher.TP) bool
 }
+
+// ErrNotShared refuses a write of a partition no longer in the runner's
+// share (it is being stopped and handed on).
+var ErrNotShared = errors.New("the partition is no longer this agent's to write")
 
 // Share makes the runner run a share of its mirror (see above): its own
 // work when home, and the partitions SetParts gives it. released is told
@@ -42,7 +57,8 @@ func (m *Runner) Share(home bool, released func(tp fetcher.TP)) {
 	if released == nil {
 		released = func(fetcher.TP) {}
 	}
-	m.shared = &shared{home: home, released: released, parts: map[fetcher.TP]func() error{}, listed: func(fetcher.TP) bool { return true }}
+	m.shared = &shared{home: home, released: released}
+	m.shared.view.Store(&shareView{parts: map[fetcher.TP]func() error{}, listed: func(fetcher.TP) bool { return true }})
 }
 
 // Home says whether the runner runs its mirror's own work: always without
@@ -53,30 +69,23 @@ func (m *Runner) Home() bool { return m.shared == nil || m.shared.home }
 // the check its writes must pass, and says which partitions were ever
 // given to an agent (the home runs the others). Partitions it runs and no
 // longer may are stopped; those it now may start at its next look, which
-// this brings forward.
+// this brings forward. A partition that ran with the home and is now
+// given to this agent as a unit of its own runs on: its writes check the
+// unit from now on (partitionCheck).
 func (m *Runner) SetParts(parts map[fetcher.TP]func() error, listed func(tp fetcher.TP) bool) {
 	if m.shared == nil {
 		return
 	}
 	m.mu.Lock()
-	old := m.shared.parts
-	m.shared.parts, m.shared.listed = parts, listed
+	old := m.shared.view.Swap(&shareView{parts: parts, listed: listed})
 	var drop, idle []fetcher.TP
-	for tp, rp := range m.parts {
-		gate, ok := m.runsLocked(tp)
-		switch {
-		case !ok:
+	for tp := range m.parts {
+		if !m.runs(tp) {
 			drop = append(drop, tp)
-		case (gate != nil) != rp.gated && rp.stop != nil:
-			// Given as an item of its own after it ran with the home:
-			// stopped, and started again under its gate.
-			drop = append(drop, tp)
-		case (gate != nil) != rp.gated:
-			rp.gated = gate != nil // idle: nothing of it runs under the old check
 		}
 	}
-	for tp := range old {
-		if _, ok := m.runsLocked(tp); !ok && m.parts[tp] == nil {
+	for tp := range old.parts {
+		if !m.runs(tp) && m.parts[tp] == nil {
 			idle = append(idle, tp) // taken before it started: nothing to stop
 		}
 	}
@@ -93,25 +102,48 @@ func (m *Runner) SetParts(parts map[fetcher.TP]func() error, listed func(tp fetc
 // Given says whether the runner has tp as a partition given to its agent
 // (always without a share).
 func (m *Runner) Given(tp fetcher.TP) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.shared == nil {
 		return true
 	}
-	_, ok := m.shared.parts[tp]
+	_, ok := m.shared.view.Load().parts[tp]
 	return ok
 }
 
-// runsLocked says whether the runner runs tp, and the check its writes
-// pass besides the runner's own (nil: none).
-func (m *Runner) runsLocked(tp fetcher.TP) (gate func() error, ok bool) {
+// runs says whether the runner runs tp: given to its agent, or, at the
+// home, never given to any.
+func (m *Runner) runs(tp fetcher.TP) bool {
 	if m.shared == nil {
-		return nil, true
+		return true
 	}
-	if g, ok := m.shared.parts[tp]; ok {
-		return g, true
+	v := m.shared.view.Load()
+	if _, ok := v.parts[tp]; ok {
+		return true
 	}
-	return nil, m.shared.home && !m.shared.listed(tp)
+	return m.shared.home && !v.listed(tp)
+}
+
+// partitionCheck is the check of tp's writes beyond the runner's own (its
+// home's unit, at the home): its own unit's while it is given to this
+// agent, none while it runs with the home, and a refusal once neither
+// holds.
+func (m *Runner) partitionCheck(tp fetcher.TP) error {
+	v := m.shared.view.Load()
+	if g, ok := v.parts[tp]; ok {
+		return g()
+	}
+	if m.shared.home && !v.listed(tp) {
+		return nil
+	}
+	return fmt.Errorf("partition %s: %w", tp, ErrNotShared)
+}
+
+// gateOf is what startPartitions adds to tp's context: partitionCheck
+// with a share, nothing without.
+func (m *Runner) gateOf(tp fetcher.TP) func() error {
+	if m.shared == nil {
+		return nil
+	}
+	return func() error { return m.partitionCheck(tp) }
 }
 
 // drop stops tp's partition mirror and forgets it, so that a share that
@@ -138,7 +170,7 @@ func (m *Runner) drop(tp fetcher.TP) {
 	if m.parts[tp] == rp {
 		delete(m.parts, tp)
 	}
-	_, still := m.runsLocked(tp)
+	still := m.runs(tp)
 	m.mu.Unlock()
 	if !still {
 		m.shared.released(tp)

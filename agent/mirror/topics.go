@@ -146,7 +146,7 @@ func (m *Runner) startPartitions(ctx context.Context, source sourceReader, f *fe
 		if running && rp.placeholder {
 			running = false
 		}
-		gate, mine := m.runsLocked(tp)
+		mine := m.runs(tp)
 		m.mu.Unlock()
 		if running || !mine {
 			continue
@@ -165,18 +165,13 @@ func (m *Runner) startPartitions(ctx context.Context, source sourceReader, f *fe
 			// Failed, paused and stopped partitions stay so across
 			// restarts until an operation moves them; a failover stop
 			// that was under way is finished.
-			m.mu.Lock()
-			if rp := m.parts[tp]; rp != nil {
-				rp.gated = gate != nil
-			}
-			m.mu.Unlock()
 			continue
 		}
 		pm := partition.New(cfg)
-		pctx, stop := context.WithCancel(writegate.With(ctx, gate))
+		pctx, stop := context.WithCancel(writegate.With(ctx, m.gateOf(tp)))
 		done := make(chan struct{})
 		m.mu.Lock()
-		if now, mine := m.runsLocked(tp); !mine || (now != nil) != (gate != nil) || m.parts[tp] != rp || (rp != nil && !rp.placeholder) {
+		if !m.runs(tp) || m.parts[tp] != rp || (rp != nil && !rp.placeholder) {
 			// Its share changed meanwhile (SetParts), or a lifecycle
 			// operation took it (a pause of a partition given to this
 			// agent a moment ago): the next look starts it as the
@@ -185,7 +180,7 @@ func (m *Runner) startPartitions(ctx context.Context, source sourceReader, f *fe
 			stop()
 			continue
 		}
-		m.parts[tp] = &runningPartition{pm: pm, stop: stop, done: done, gated: gate != nil}
+		m.parts[tp] = &runningPartition{pm: pm, stop: stop, done: done}
 		m.mu.Unlock()
 		m.wg.Add(1)
 		go func() {
