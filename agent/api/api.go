@@ -339,7 +339,7 @@ func (s *Server) get(b Backend, w http.ResponseWriter, r *http.Request) {
 func (s *Server) mirror(b Backend, w http.ResponseWriter, r *http.Request, name string) (mirrorapi.Mirror, bool) {
 	for _, m := range b.Describe() {
 		if m.Name == name && m.Share == "" {
-			if g, ok := b.(Group); ok && len(g.Peers()) > 0 {
+			if g, ok := b.(Group); ok && shared(g, name) {
 				peers, err := s.peerMirrors(g, r)
 				if err != nil {
 					w.Header().Set("Retry-After", "1")

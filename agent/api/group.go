@@ -110,6 +110,14 @@ func (s *Server) gather(b Backend, r *http.Request) ([]mirrorapi.Mirror, error) 
 	return ms, nil
 }
 
+// shared says whether other agents of the group run partitions of mirror
+// name, which this agent runs the home of: only then does its describe
+// ask them.
+func shared(g Group, name string) bool {
+	loc, ok := g.Locate(name)
+	return ok && loc.Here && loc.Shared && len(g.Peers()) > 0
+}
+
 // peerMirrors are the mirrors, and shares of mirrors, each other agent of
 // the group runs.
 func (s *Server) peerMirrors(g Group, r *http.Request) ([]mirrorapi.Mirror, error) {

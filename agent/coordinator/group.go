@@ -479,6 +479,9 @@ type Location struct {
 	Moving bool
 	// Generation is the group's generation this says it of.
 	Generation int32
+	// Shared: partitions of it run, or move, on other agents than this
+	// one (its home's); describe gathers them from those agents.
+	Shared bool
 }
 
 // Locate says where mirror name runs; ok is false when the state topic
@@ -494,6 +497,12 @@ func (c *Coordinator) Locate(name string) (loc Location, ok bool) {
 	loc.Generation = view.Generation
 	if c.running(name) != nil {
 		loc.Here = true
+		for _, k := range c.store.Keys("partition/" + name + "/") {
+			if view.Owners[k] != c.cfg.AgentID {
+				loc.Shared = true
+				break
+			}
+		}
 		return loc, true
 	}
 	agent, owned := view.Owners[mirrorKey(name)]

@@ -140,6 +140,16 @@ func testAgentGroup(t *testing.T, e engine) {
 			if err != nil || m.Name != name || m.Agent != o {
 				t.Errorf("describe %s through %s (run by %s): runs on %q, %v", name, id, o, m.Agent, err)
 			}
+			// Its partitions, wherever they run, each naming its agent.
+			ps := describedPartitions([]mirrorapi.Mirror{m})
+			if len(ps) != 2 {
+				t.Errorf("describe %s through %s: %d partitions, want 2: %+v", name, id, len(ps), ps)
+			}
+			for _, p := range ps {
+				if p.Agent == "" {
+					t.Errorf("describe %s through %s: partition %d names no agent", name, id, p.Partition)
+				}
+			}
 		}
 	}
 

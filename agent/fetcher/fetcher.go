@@ -225,6 +225,13 @@ type Fetcher struct {
 
 	mu    sync.Mutex
 	parts map[TP]*part
+	// gen is the last generation given to an Assign or Seek. It counts
+	// for the whole fetcher, not per partition: a partition removed and
+	// assigned again (a partition mirror stopped and started again in
+	// the same agent) must not take a generation that a fetch still on
+	// its way for the old assignment carries, whose chunk would
+	// otherwise be delivered as the answer to the new offset.
+	gen   uint64
 	loops map[loopKey]context.CancelFunc
 	wake  chan struct{} // closed and replaced when there may be new work
 	// failing: brokers whose last fetch failed, counted in
@@ -326,7 +333,8 @@ func (f *Fetcher) Assign(tp TP, offset int64) (<-chan Chunk, uint64) {
 		p = &part{tp: tp, out: make(chan Chunk, f.opts.PartitionQueue+1), leader: -1, maxBytes: f.opts.PartitionMaxBytes}
 		f.parts[tp] = p
 	}
-	p.gen++
+	f.gen++
+	p.gen = f.gen
 	p.offset = offset
 	f.wakeLocked()
 	return p.out, p.gen
@@ -341,7 +349,8 @@ func (f *Fetcher) Seek(tp TP, offset int64) uint64 {
 	if !ok {
 		return 0
 	}
-	p.gen++
+	f.gen++
+	p.gen = f.gen
 	p.offset = offset
 	f.wakeLocked()
 	return p.gen

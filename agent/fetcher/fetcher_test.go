@@ -597,3 +597,32 @@ func oneBatch(t *testing.T) []byte {
 	}
 	return b
 }
+
+// TestGenerationsAreNeverReused: a fetch still on its way for a partition
+// carries the generation it was built with. A partition removed and
+// assigned again (a partition mirror stopped and started again in the same
+// agent) must get a generation that no such fetch carries, or that fetch's
+// chunk is delivered as the answer to the new offset. The partition mirror
+// then took the offsets between the two for a source hole and wrote filler
+// markers over records (TestMirrorRestartedInProcess in agent/partition).
+func TestGenerationsAreNeverReused(t *testing.T) {
+	_, cl := testCluster(t, 1, "a")
+	f := New(cl, leaders.New(cl), Options{})
+	tp := TP{"a", 0}
+	seen := map[uint64]string{}
+	note := func(what string, gen uint64) {
+		t.Helper()
+		if was, ok := seen[gen]; ok {
+			t.Fatalf("%s got generation %d, which %s had", what, gen, was)
+		}
+		seen[gen] = what
+	}
+	_, g := f.Assign(tp, 0)
+	note("the first assign", g)
+	note("a seek", f.Seek(tp, 3))
+	f.Remove(tp)
+	_, g = f.Assign(tp, 5)
+	note("the assign after a remove", g)
+	f.Assign(TP{"a", 1}, 0)
+	note("a seek after another partition's assign", f.Seek(tp, 7))
+}

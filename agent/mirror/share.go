@@ -45,9 +45,9 @@ type shareView struct {
 	listed func(tp fetcher.TP) bool
 }
 
-// ErrNotShared refuses a write of a partition no longer in the runner's
+// errNotShared refuses a write of a partition no longer in the runner's
 // share (it is being stopped and handed on).
-var ErrNotShared = errors.New("the partition is no longer this agent's to write")
+var errNotShared = errors.New("the partition is no longer this agent's to write")
 
 // Share makes the runner run a share of its mirror (see above): its own
 // work when home, and the partitions SetParts gives it. released is told
@@ -134,7 +134,7 @@ func (m *Runner) partitionCheck(tp fetcher.TP) error {
 	if m.shared.home && !v.listed(tp) {
 		return nil
 	}
-	return fmt.Errorf("partition %s: %w", tp, ErrNotShared)
+	return fmt.Errorf("partition %s: %w", tp, errNotShared)
 }
 
 // gateOf is what startPartitions adds to tp's context: partitionCheck

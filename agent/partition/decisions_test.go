@@ -2,8 +2,11 @@ package partition
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
+	"time"
 
+	"github.com/kmirror/kmirror/internal/devcluster"
 	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	rb "github.com/kmirror/kmirror/internal/recordbatch"
 )
@@ -254,6 +257,70 @@ func TestMirrorRestartAtEveryOffset(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestMirrorRestartedInProcess stops the partition mirror at random moments
+// and starts another in the same process, on the same writer and fetcher,
+// as the runner does when a partition is taken from this agent and given
+// back: a request of the stopped mirror may still be on its way through the
+// writer's connections, and a fetch through the fetcher, while the next one
+// fences and reads the destination. Then the process is killed and a new
+// one finishes the copy, the sequence after which an agent once found a
+// duplicate marker (TestAgentGroupLoneRestart). Fetches return one batch,
+// so that every shape takes many writes. The destination is a dev cluster
+// of each engine (the source logs are served from memory by an embedded
+// one, as in every test here).
+func TestMirrorRestartedInProcess(t *testing.T) {
+	src := startSource(t)
+	src.mu.Lock()
+	src.perFetch = 1
+	src.mu.Unlock()
+	for _, e := range []struct {
+		engine devcluster.EngineKind
+		// restarts per case, each up to within into the copy
+		restarts int
+		within   time.Duration
+	}{
+		{devcluster.Embedded, 25, 4 * time.Millisecond},
+		{devcluster.Kafka, 12, 10 * time.Millisecond},
+	} {
+		t.Run(string(e.engine), func(t *testing.T) {
+			dst := devclustertest.Start(t, devcluster.Engine(e.engine), devcluster.Name("inproc-dst"))
+			seed := uint64(time.Now().UnixNano())
+			t.Logf("seed %d", seed)
+			rnd := rand.New(rand.NewPCG(seed, 0))
+			restarts := 0
+			for i, s := range logShapes {
+				for _, method := range fillerMethods {
+					t.Run(fmt.Sprintf("%s/%s", s.name, method), func(t *testing.T) {
+						l := s.log(t)
+						r := newRig(t, src, dst, fmt.Sprintf("inproc-%s-%02d-%s", e.engine, i, method), l, method)
+						p := r.start()
+						for range e.restarts {
+							// Into the copy: a restart during the resync
+							// tests less.
+							r.mirroring(p)
+							time.Sleep(time.Duration(rnd.Int64N(int64(e.within))))
+							stopped := p.m
+							p.restart()
+							restarts++
+							if st := stopped.Status(); st.State == Failed {
+								_, batches := r.destination()
+								t.Fatalf("the partition mirror failed before restart %d: %v\ndestination: %s\nsource: %s",
+									restarts, st.Reason, describeBatches(batches), describeBatches(r.log.batches))
+							}
+						}
+						p.kill()
+						p = r.start()
+						r.waitMirrored(p, l.end)
+						p.kill()
+						r.checkIdentical()
+					})
+				}
+			}
+			t.Logf("%d restarts", restarts)
+		})
 	}
 }
 

@@ -530,8 +530,10 @@ func (r *mirrorRig) txnIDs() (data, fill string) {
 // process is one agent process running the partition mirror.
 type process struct {
 	m      *Mirror
-	cancel context.CancelFunc
-	done   chan struct{} // closed when Run has returned
+	cfg    Config
+	ctx    context.Context    // the process's, its fetcher's
+	cancel context.CancelFunc // the partition mirror's
+	done   chan struct{}      // closed when the partition mirror's Run has returned
 	fdone  chan struct{}
 	close  func()
 }
@@ -549,21 +551,17 @@ func (r *mirrorRig) start() *process {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	f := fetcher.New(scl, leaders.New(scl), fetcher.Options{MaxWait: 20 * time.Millisecond})
-	m := New(Config{
+	p := &process{ctx: ctx, fdone: make(chan struct{}), cfg: Config{
 		Mirror: "m", TP: r.tp, ProducerID: r.pid, Epoch: r.epoch,
 		Fetcher: f, Source: memSource{r.src, r.tp.Topic}, Writer: writer.New(dcl, leaders.New(dcl)),
 		Checkpoints: r.ckpt, Producers: r.owned, Fillers: r.fillers,
 		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: devclustertest.Writer(r.t)}),
-	})
-	p := &process{m: m, cancel: cancel, done: make(chan struct{}), fdone: make(chan struct{})}
+	}}
 	go func() {
 		defer close(p.fdone)
 		_ = f.Run(ctx)
 	}()
-	go func() {
-		defer close(p.done)
-		m.Run(ctx)
-	}()
+	p.run()
 	p.close = func() {
 		cancel()
 		<-p.done
@@ -574,6 +572,31 @@ func (r *mirrorRig) start() *process {
 	r.t.Cleanup(p.close)
 	r.last = p
 	return p
+}
+
+// run starts a partition mirror in the process, as the agent's runner does:
+// a fresh Mirror on the process's writer and fetcher, whose registration
+// with the fetcher goes once its Run has returned.
+func (p *process) run() {
+	ctx, cancel := context.WithCancel(p.ctx)
+	m := New(p.cfg)
+	done := make(chan struct{})
+	p.m, p.cancel, p.done = m, cancel, done
+	go func() {
+		defer close(done)
+		defer p.cfg.Fetcher.Remove(p.cfg.TP)
+		m.Run(ctx)
+	}()
+}
+
+// restart stops the process's partition mirror as the runner does when the
+// partition is taken from it (its context cancelled, whatever it was doing)
+// and starts another in the same process once Run has returned: the
+// writer's connections, and what is on its way through them, stay.
+func (p *process) restart() {
+	p.cancel()
+	<-p.done
+	p.run()
 }
 
 // mirroredTo is closed once the process has mirrored up to destination
@@ -719,6 +742,25 @@ func (r *mirrorRig) waitMirrored(p *process, end int64) {
 			r.t.Fatalf("the partition mirror did not reach destination offset %d in time: state %s at %d, retries %d: %v", end, st.State, st.DestinationOffset, st.Retries, st.Reason)
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// mirroring waits until the process's partition mirror is MIRRORING (has
+// resynced and copies) or has stopped.
+func (r *mirrorRig) mirroring(p *process) {
+	r.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for p.m.Status().State != Mirroring {
+		select {
+		case <-p.done:
+			return
+		default:
+		}
+		if time.Now().After(deadline) {
+			st := p.m.Status()
+			r.t.Fatalf("the partition mirror did not start copying in time: state %s: %v", st.State, st.Reason)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

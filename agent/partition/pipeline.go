@@ -106,6 +106,14 @@ func (m *Mirror) room(ctx context.Context) error {
 func (m *Mirror) reap(ctx context.Context) error {
 	f := m.flights[0]
 	off, err := f.x.Wait(ctx)
+	if err != nil && ctx.Err() != nil {
+		// Stopping: the item may be on its way still. It stays for
+		// discard, which waits for its answer (within its grace), so
+		// that nothing this partition sent, filler markers above all,
+		// lands after the next partition mirror of this agent read the
+		// destination end.
+		return err
+	}
 	m.flights[0] = flight{}
 	m.flights = m.flights[1:]
 	if err != nil {

@@ -49,7 +49,8 @@ import (
 //     still queued is dropped, and the items its partition queued behind it
 //     are answered ErrNotSent, unsent (a marker sent in its place would take
 //     its offsets); one already sent stays in its request and counts
-//     against its partition's window until the request is answered.
+//     against its partition's window until the request is answered, and
+//     Wait with another context returns that answer.
 //   - Transactional produces are never coalesced (a request carries the
 //     batches of one transactional id only): ProduceTxn writes them alone,
 //     to the same ordered connection.
@@ -233,9 +234,16 @@ func (x *Pending) Wait(ctx context.Context) (int64, error) {
 			}
 		}
 	}
+	sent := p.sent
 	s.mu.Unlock()
-	x.res = &produced{-1, &ProduceError{Topic: x.topic, Partition: x.part, Markers: p.markers > 0, Err: ctx.Err()}}
-	return x.res.offset, x.res.err
+	res := produced{-1, &ProduceError{Topic: x.topic, Partition: x.part, Markers: p.markers > 0, Err: ctx.Err()}}
+	if !sent {
+		x.res = &res // dropped: never answered
+	}
+	// One already sent is answered in time: a later Wait with a context
+	// that lasts gets that answer (a stopping partition waits for what it
+	// has on its way before another reads the destination).
+	return res.offset, res.err
 }
 
 // enqueue queues one item for the broker.

@@ -551,6 +551,43 @@ func TestCancelledItemHoldsBackItsPartition(t *testing.T) {
 	}
 }
 
+// TestAbandonedSentItemIsAnsweredLater: a caller whose context ends while
+// its item is in flight gets its context's error, and a later Wait with a
+// context that lasts gets the broker's answer. A stopping partition mirror
+// waits so for what it has on its way; when the first Wait kept the
+// context's error, it returned with filler markers still on their way, and
+// the next partition mirror of the same agent read the destination end
+// before they landed and wrote a record where they then took its offset
+// (TestMirrorRestartedInProcess in agent/partition).
+func TestAbandonedSentItemIsAnsweredLater(t *testing.T) {
+	f := start(t)
+	o := observe(t, f.c, 1)
+	f.topic(t, "a", 1)
+	ctx := context.Background()
+	cctx, cancel := context.WithCancel(ctx)
+	x, err := f.w.ProduceAsync(cctx, "a", 0, plain(t, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-o.held
+	cancel()
+	if _, err := x.Wait(cctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("wait with the ended context: %v, want its error", err)
+	}
+	if x.Ready() {
+		t.Fatal("the item is ready before the broker answered it")
+	}
+	o.releaseReq(0)
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if off, err := x.Wait(wctx); err != nil || off != 0 {
+		t.Fatalf("wait for the answer: offset %d, %v; want 0", off, err)
+	}
+	if got := f.end(t, "a", 0); got != 2 {
+		t.Fatalf("a/0 ends at %d, want 2", got)
+	}
+}
+
 // Transactional batches go alone in their request, even while plain ones
 // to the same broker are coalesced.
 func TestProduceTxnNotCoalesced(t *testing.T) {
