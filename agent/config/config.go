@@ -54,24 +54,26 @@ type File struct {
 	// ClientCAFile, with TLS, requires API callers (but /healthz and
 	// /readyz) to present a client certificate this CA signed.
 	ClientCAFile string `hcl:"client_ca_file,optional"`
-	// AgentID names this agent in the writer lease, describe and logs
-	// (default HOSTNAME-PID).
+	// AgentID names this agent in the group (its static member id) or the
+	// writer lease, describe and logs (default HOSTNAME-PID).
 	AgentID string `hcl:"agent_id,optional"`
-	// LeaseDuration is the writer lease between agents sharing the
-	// destination and state topic (a Go duration, default "15s"): the
-	// active agent renews it every third of it and stops writing before
-	// it runs out; a standby takes over after it ran out, waiting it once
-	// more plus lease_request_timeout before writing. "0s" turns the
-	// lease off: only for a destination that exactly one agent ever
-	// writes to.
+	// LeaseDuration (deprecated, coordination = "lease") is the writer
+	// lease between agents sharing the destination and state topic (a Go
+	// duration, default "15s"): the active agent renews it every third
+	// of it and stops writing before it runs out; a standby takes over
+	// after it ran out, waiting it once more plus lease_request_timeout
+	// before writing. "0s" turns the lease off: only for a destination
+	// that exactly one agent ever writes to.
 	LeaseDuration string `hcl:"lease_duration,optional"`
 	// LeaseRequestTimeout is how long a write the previous holder issued
 	// may still be on its way (default "30s").
 	LeaseRequestTimeout string `hcl:"lease_request_timeout,optional"`
 	// Coordination is how the agents of one destination share it:
-	// "lease" (the default: one agent writes, the others stand by) or
-	// "group" (a preview: the agents form a group on the destination and
-	// divide its mirrors among them, each mirror run by one agent).
+	// "group" (the default: the agents form a group on the destination
+	// and divide the mirrors' partitions among them) or "lease"
+	// (deprecated: one agent writes, the others stand by). A config that
+	// sets lease_duration or lease_request_timeout and no coordination
+	// keeps the lease.
 	Coordination string `hcl:"coordination,optional"`
 	// GroupSessionTimeout is the group's session timeout with
 	// coordination = "group" (default "10s"): the mirrors of an agent
@@ -88,8 +90,8 @@ type File struct {
 	// agent writes itself with WriteTxnMarkers, many per request; needs
 	// ALTER or CLUSTER_ACTION on the destination cluster) or "auto" (the
 	// default: markers when the destination authorizes them and the
-	// writer lease is on, whose wait on takeover outlasts a dead agent's
-	// markers; coordinator otherwise).
+	// agents' group or the writer lease bounds how late a dead agent's
+	// markers can land; coordinator otherwise).
 	Fillers   string   `hcl:"fillers,optional"`
 	LogLevel  string   `hcl:"log_level,optional"`
 	LogFormat string   `hcl:"log_format,optional"`
@@ -211,22 +213,20 @@ func (f *File) Check() error {
 		}
 	}
 	switch f.Coordination {
-	case "":
-		f.Coordination = CoordinationLease
-	case CoordinationLease:
+	case "", CoordinationLease:
 	case CoordinationGroup:
 		if f.LeaseDuration != "" || f.LeaseRequestTimeout != "" {
 			return errors.New(`lease_duration and lease_request_timeout: the writer lease is not used with coordination = "group"; remove them`)
 		}
 	default:
-		return fmt.Errorf("coordination %q: use lease (one agent writes, the others stand by) or group (the agents divide the mirrors)", f.Coordination)
+		return fmt.Errorf("coordination %q: use group (the default: the agents divide the mirrors' partitions) or lease (deprecated: one agent writes, the others stand by)", f.Coordination)
 	}
 	if f.GroupSessionTimeout != "" {
 		d, err := time.ParseDuration(f.GroupSessionTimeout)
 		if err != nil || d < time.Second {
 			return fmt.Errorf("group_session_timeout %q: use a duration of at least 1s, such as \"10s\" (within the destination's group.min.session.timeout.ms and group.max.session.timeout.ms)", f.GroupSessionTimeout)
 		}
-		if f.Coordination != CoordinationGroup {
+		if f.Mode() != CoordinationGroup {
 			return errors.New(`group_session_timeout: it applies to coordination = "group" only; remove it or set coordination`)
 		}
 	}
@@ -280,6 +280,21 @@ const (
 )
 
 // RefreshInterval returns metadata_refresh_interval as a duration (0 when
+// Mode is how the agent shares its destination (coordination): as set, or
+// by default the agents' group, unless the config sets the writer lease's
+// settings (lease_duration, lease_request_timeout, or --lease-duration):
+// a config written for the lease keeps it, so that an upgrade moves no
+// agent into a group unasked.
+func (f *File) Mode() string {
+	switch {
+	case f.Coordination != "":
+		return f.Coordination
+	case f.LeaseDuration != "" || f.LeaseRequestTimeout != "":
+		return CoordinationLease
+	}
+	return CoordinationGroup
+}
+
 // unset).
 func (f *File) RefreshInterval() time.Duration {
 	d, _ := time.ParseDuration(f.MetadataRefreshInterval)

@@ -194,3 +194,31 @@ func TestFillers(t *testing.T) {
 		}
 	}
 }
+
+// TestCoordination: the agents' group is the default; a config written for
+// the writer lease (a lease setting, no coordination) keeps the lease, so
+// that an upgrade moves no agent into a group unasked; settings of the
+// other mode are refused naming them.
+func TestCoordination(t *testing.T) {
+	for _, c := range []struct{ hcl, want, errContains string }{
+		{"", CoordinationGroup, ""},
+		{`group_session_timeout = "6s"`, CoordinationGroup, ""},
+		{`lease_duration = "15s"`, CoordinationLease, ""},
+		{`lease_duration = "0s"`, CoordinationLease, ""},
+		{`lease_request_timeout = "10s"`, CoordinationLease, ""},
+		{`coordination = "lease"`, CoordinationLease, ""},
+		{"coordination = \"group\"\nlease_duration = \"15s\"", "", "lease_duration and lease_request_timeout: the writer lease is not used with coordination = \"group\""},
+		{"lease_duration = \"15s\"\ngroup_session_timeout = \"6s\"", "", `group_session_timeout: it applies to coordination = "group" only`},
+		{`coordination = "leader"`, "", `coordination "leader": use`},
+	} {
+		cfg, err := Parse("agent.hcl", []byte(c.hcl))
+		switch {
+		case c.errContains != "":
+			if err == nil || !strings.Contains(err.Error(), c.errContains) {
+				t.Errorf("%q: %v, want an error saying %q", c.hcl, err, c.errContains)
+			}
+		case err != nil || cfg.Mode() != c.want:
+			t.Errorf("%q: coordination %q, %v; want %q", c.hcl, cfg.Mode(), err, c.want)
+		}
+	}
+}

@@ -82,6 +82,11 @@ type Config struct {
 	// state topic, runs only the mirrors the group gives it, and every
 	// write for one asks Owner whether this agent still owns it.
 	Owner Owner
+	// MarkersDeadline, when set, is how long the destination may take to
+	// answer filler markers before the writer resets their connection
+	// (writer.SetMarkersDeadline): in group mode, within the member's
+	// write grace.
+	MarkersDeadline time.Duration
 	// AgentID is this agent's id in the group (group mode).
 	AgentID string
 	Logger  hclog.Logger
@@ -157,6 +162,7 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	dstAdm := kadm.NewClient(dst)
 	w := writer.New(dst, leaders.New(dst))
 	w.SetGate(cfg.Gate)
+	w.SetMarkersDeadline(cfg.MarkersDeadline)
 	c := &Coordinator{
 		cfg:      cfg,
 		log:      cfg.Logger,

@@ -136,12 +136,20 @@ func testAgentGroup(t *testing.T, e engine) {
 			}
 		}
 		for name, o := range owner {
-			m, err := a.api.Mirror(ctx, name)
-			if err != nil || m.Name != name || m.Agent != o {
-				t.Errorf("describe %s through %s (run by %s): runs on %q, %v", name, id, o, m.Agent, err)
+			// Its partitions, wherever they run, each naming its agent:
+			// a partition just given to an agent shows once that agent
+			// started it.
+			var m mirrorapi.Mirror
+			var ps []mirrorapi.Partition
+			for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				m, err = a.api.Mirror(ctx, name)
+				if err != nil || m.Name != name || m.Agent != o {
+					t.Errorf("describe %s through %s (run by %s): runs on %q, %v", name, id, o, m.Agent, err)
+				}
+				if ps = describedPartitions([]mirrorapi.Mirror{m}); len(ps) == 2 || time.Now().After(deadline) {
+					break
+				}
 			}
-			// Its partitions, wherever they run, each naming its agent.
-			ps := describedPartitions([]mirrorapi.Mirror{m})
 			if len(ps) != 2 {
 				t.Errorf("describe %s through %s: %d partitions, want 2: %+v", name, id, len(ps), ps)
 			}

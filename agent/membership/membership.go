@@ -301,6 +301,11 @@ func (m *Member) Abandon() {
 	m.Close()
 }
 
+// WriteGrace is how long before its session can run out the member stops
+// writing (Config.WriteGrace): a write it sent must land within it, or
+// never.
+func (m *Member) WriteGrace() time.Duration { return m.cfg.WriteGrace }
+
 // View returns the member's current share.
 func (m *Member) View() View {
 	m.mu.Lock()

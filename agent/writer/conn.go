@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -105,14 +106,18 @@ type orderedConn struct {
 	versions map[int16]int16 // the broker's highest version of each request
 	expiry   time.Time       // when to stop writing to it (SASL lifetime); zero: never
 	timeout  time.Duration   // how long the broker may take to answer
+	// markers, when set, is how long the broker may take to answer a
+	// WriteTxnMarkers request (Writer.SetMarkersDeadline).
+	markers time.Duration
 
 	wmu  sync.Mutex // held while a request is written: one at a time, in call order
 	corr int32      // guarded by wmu
 	buf  []byte     // the request being written, guarded by wmu
 
-	mu      sync.Mutex
-	waiting []*call // written and not answered, in write order
-	err     error   // why the connection broke; set once
+	mu       sync.Mutex
+	waiting  []*call   // written and not answered, in write order
+	deadline time.Time // the read deadline set, zero: none
+	err      error     // why the connection broke; set once
 }
 
 // call is one request written to an orderedConn.
@@ -122,6 +127,9 @@ type call struct {
 	resp kmsg.Response
 	err  error
 	done chan struct{} // closed once resp or err is set
+	// by, for markers, is when the connection is reset unless they are
+	// answered (zero: the connection's timeout alone).
+	by time.Time
 }
 
 // failedCall is a call for req that err kept off the wire.
@@ -343,8 +351,16 @@ func (c *orderedConn) send(req kmsg.Request) (*call, error) {
 		return nil, err
 	}
 	c.waiting = append(c.waiting, k)
-	if len(c.waiting) == 1 {
-		_ = c.nc.SetReadDeadline(time.Now().Add(c.timeout))
+	now := time.Now()
+	if _, ok := req.(*kmsg.WriteTxnMarkersRequest); ok && c.markers > 0 {
+		k.by = now.Add(c.markers)
+	}
+	switch {
+	case len(c.waiting) == 1:
+		c.armLocked(now)
+	case !k.by.IsZero() && k.by.Before(c.deadline):
+		c.deadline = k.by
+		_ = c.nc.SetReadDeadline(k.by)
 	}
 	c.mu.Unlock()
 	_ = c.nc.SetWriteDeadline(time.Now().Add(c.timeout))
@@ -359,7 +375,7 @@ func (c *orderedConn) read() {
 	for {
 		corr, body, err := c.readFrame()
 		if err != nil {
-			c.fail(fmt.Errorf("reading from broker %s: %w", c.addr, err))
+			c.fail(c.readError(err))
 			return
 		}
 		c.mu.Lock()
@@ -371,15 +387,46 @@ func (c *orderedConn) read() {
 		k := c.waiting[0]
 		c.waiting[0] = nil
 		c.waiting = c.waiting[1:]
-		if len(c.waiting) > 0 {
-			_ = c.nc.SetReadDeadline(time.Now().Add(c.timeout))
-		} else {
-			_ = c.nc.SetReadDeadline(time.Time{})
-		}
+		c.armLocked(time.Now())
 		c.mu.Unlock()
 		k.resp, k.err = parseResponse(k.req, body)
 		close(k.done)
 	}
+}
+
+// armLocked sets the read deadline for the calls waiting, as one is
+// written to an idle connection or answered: the connection's timeout from
+// now for the oldest (the broker answers in order), and no later than the
+// deadline of any markers among them.
+func (c *orderedConn) armLocked(now time.Time) {
+	var d time.Time
+	if len(c.waiting) > 0 {
+		d = now.Add(c.timeout)
+		for _, k := range c.waiting {
+			if !k.by.IsZero() && k.by.Before(d) {
+				d = k.by
+			}
+		}
+	}
+	c.deadline = d
+	_ = c.nc.SetReadDeadline(d)
+}
+
+// readError says why reading broke the connection: markers whose deadline
+// passed unanswered, or what the read returned.
+func (c *orderedConn) readError(err error) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		c.mu.Lock()
+		late := false
+		for _, k := range c.waiting {
+			late = late || (!k.by.IsZero() && !time.Now().Before(k.by))
+		}
+		c.mu.Unlock()
+		if late {
+			return fmt.Errorf("broker %s did not answer filler markers within %v: the connection was reset, so that what the broker has not received of them never arrives: %w", c.addr, c.markers, err)
+		}
+	}
+	return fmt.Errorf("reading from broker %s: %w", c.addr, err)
 }
 
 // fail breaks the connection: every call not answered gets err.
@@ -392,11 +439,32 @@ func (c *orderedConn) fail(err error) {
 	ws := c.waiting
 	c.waiting = nil
 	c.mu.Unlock()
-	c.nc.Close()
+	reset(c.nc)
 	for _, k := range ws {
 		k.err = err
 		close(k.done)
 	}
+}
+
+// reset closes nc with an RST (SO_LINGER 0) where it is TCP underneath:
+// the kernel drops what it has not delivered yet instead of resending it,
+// as a graceful close would, for minutes across a network partition. Every
+// call on a connection that breaks is answered with an error and its
+// partition goes back to the destination end, so none of it may still
+// arrive later, after another agent wrote there.
+func reset(nc net.Conn) {
+	raw := nc
+	if t, ok := nc.(interface{ NetConn() net.Conn }); ok {
+		// TLS: its close_notify would be one more write, which a
+		// partitioned link holds up.
+		raw = t.NetConn()
+	}
+	if tc, ok := raw.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+		_ = tc.Close()
+		return
+	}
+	_ = nc.Close()
 }
 
 // usable says whether new requests may be written: not broken, not expired.
@@ -456,6 +524,7 @@ func (w *Writer) ordered(l lane) (*orderedConn, error) {
 	if err != nil {
 		return nil, err
 	}
+	nc.markers = w.markersDeadline
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {

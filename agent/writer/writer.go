@@ -76,6 +76,8 @@ type Writer struct {
 	// gate, when set, is asked right before every request that writes
 	// (SetGate).
 	gate func() error
+	// markersDeadline: SetMarkersDeadline.
+	markersDeadline time.Duration
 }
 
 // SetGate makes the writer ask gate right before it sends any request that
@@ -85,6 +87,18 @@ type Writer struct {
 // gate: an agent that may no longer write stops at its next request, even
 // one already queued. Call it before the first write.
 func (w *Writer) SetGate(gate func() error) { w.gate = gate }
+
+// SetMarkersDeadline makes the writer give up on filler markers (a
+// WriteTxnMarkers request) that the broker has not answered within d: it
+// resets the connection carrying them (an RST: the kernel drops what the
+// broker has not received yet, which then never arrives) and answers them,
+// and what followed them on that connection, with an error; their
+// partitions go back to the destination end. Markers have no sequence
+// number and no producer epoch, so nothing on the broker refuses them late:
+// in a group of agents, with d within the member's write grace, the
+// markers an agent sent can no longer arrive after its session ran out and
+// another agent writes the partition. Call it before the first write.
+func (w *Writer) SetMarkersDeadline(d time.Duration) { w.markersDeadline = d }
 
 // Allowed returns the verdict on a write about to be sent on behalf of ctx:
 // nil while this agent may write (the writer's gate) and ctx's checks

@@ -47,7 +47,7 @@ func runAgent(ctx context.Context, args []string) error {
 	tokenFile := fs.String("token-file", "", "file of API bearer tokens, one a line (overrides token_file in the config file); without it the API listens on loopback only")
 	agentID := fs.String("agent-id", "", "this agent's name in the writer lease, describe and logs (overrides agent_id in the config file; default HOSTNAME-PID)")
 	fillers := fs.String("fillers", "", "how invisible destination offsets are written: auto, coordinator or markers (overrides fillers in the config file; default auto)")
-	leaseDuration := fs.String("lease-duration", "", "writer lease between agents sharing the destination and state topic, such as 15s; 0s runs without one, for a destination only this agent writes to (overrides lease_duration in the config file)")
+	leaseDuration := fs.String("lease-duration", "", "deprecated: run with the writer lease (coordination = \"lease\") of this duration instead of the agents' group, such as 15s; 0s runs with neither, for a destination only this agent writes to (overrides lease_duration in the config file)")
 	apiAdvertiseURL := fs.String("api-advertise-url", "", "with coordination = \"group\": where the other agents reach this agent's API, such as http://10.0.0.5:8080 (env KMIRROR_API_ADVERTISE_URL; overrides api_advertise_url)")
 	secretKeyFile := fs.String("secret-key-file", "", "file with the AES-256 key (64 hex digits, as openssl rand -hex 32 prints, or base64) that encrypts literal secrets of mirror sources in the state topic (env KMIRROR_SECRET_KEY_FILE; overrides secret_key_file)")
 	tlsCertFile := fs.String("tls-cert-file", "", "PEM certificate of the API, to serve HTTPS (env KMIRROR_TLS_CERT_FILE; overrides tls_cert_file)")
@@ -188,6 +188,14 @@ func runAgent(ctx context.Context, args []string) error {
 			}
 			if host, _, _ := net.SplitHostPort(cfg.Listen); host != "" && !net.ParseIP(host).IsUnspecified() {
 				advertise = scheme + ln.Addr().String()
+			} else if cfg.Mode() == config.CoordinationGroup {
+				// Listening on every address (a container): the
+				// other agents reach this one at its own address.
+				if ip := hostAddress(); ip != nil {
+					_, port, _ := net.SplitHostPort(ln.Addr().String())
+					advertise = scheme + net.JoinHostPort(ip.String(), port)
+					log.Info("advertising the API to the other agents at this host's address; set api_advertise_url if they reach it elsewhere", "api", advertise)
+				}
 			}
 		}
 		if len(tokens) == 0 {
@@ -201,7 +209,7 @@ func runAgent(ctx context.Context, args []string) error {
 		srv = api.New(api.Options{Logger: log.Named("api")}) // no listener: nobody calls it
 	}
 	run := &agentRun{cfg: cfg, dstOpts: dstOpts, box: box, log: log, srv: srv, collector: collector}
-	if cfg.Coordination == config.CoordinationGroup {
+	if cfg.Mode() == config.CoordinationGroup {
 		return run.group(ctx, advertise)
 	}
 	duration, requestTimeout := cfg.Lease()
@@ -213,6 +221,7 @@ func runAgent(ctx context.Context, args []string) error {
 		log.Warn("running without a writer lease (lease_duration = \"0s\"): no other agent may use this destination and state topic")
 		return run.term(ctx, nil)
 	}
+	log.Warn(`coordination = "lease" is deprecated: the agents' group (coordination = "group", the default without lease settings) replaces the writer lease; see the deploy guide for the move`)
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	if err := checkNoGroup(startCtx, dstOpts, cfg.StateTopic, log); err != nil {
@@ -276,6 +285,38 @@ func runAgent(ctx context.Context, args []string) error {
 	}
 }
 
+// hostAddress is the first address of an interface that is up and not
+// loopback (IPv4 first), nil when there is none.
+func hostAddress() net.IP {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil
+	}
+	var v6 net.IP
+	for _, i := range ifs {
+		if i.Flags&net.FlagUp == 0 || i.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, err := i.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			n, ok := a.(*net.IPNet)
+			if !ok || !n.IP.IsGlobalUnicast() {
+				continue
+			}
+			if n.IP.To4() != nil {
+				return n.IP
+			}
+			if v6 == nil {
+				v6 = n.IP
+			}
+		}
+	}
+	return v6
+}
+
 // idOf is the agent's id: agent_id, or HOSTNAME-PID.
 func idOf(cfg *config.File) string {
 	if cfg.AgentID != "" {
@@ -290,7 +331,7 @@ func idOf(cfg *config.File) string {
 func (r *agentRun) group(ctx context.Context, advertise string) error {
 	id := idOf(r.cfg)
 	if advertise == "" && r.cfg.Listen != "" {
-		return fmt.Errorf("api_advertise_url: with coordination = \"group\" and listen %q (no host), give the URL other agents reach this agent's API at, such as \"http://10.0.0.5:8080\"", r.cfg.Listen)
+		return fmt.Errorf("api_advertise_url: with coordination = \"group\" and listen %q (no host), and no address of this host found to advertise, give the URL other agents reach this agent's API at, such as \"http://10.0.0.5:8080\"", r.cfg.Listen)
 	}
 	var co atomic.Pointer[coordinator.Coordinator]
 	var m *membership.Member
@@ -332,6 +373,11 @@ func (r *agentRun) group(ctx context.Context, advertise string) error {
 	}
 	defer m.Close() // after every write of the mirrors returned (term)
 	r.owner = m
+	// Filler markers are the one write the broker cannot refuse late (no
+	// sequence, no epoch): a request of them not answered well within the
+	// write grace is reset, so that none of it still arrives once the
+	// session may have run out. A tenth is left for the reset itself.
+	r.markersDeadline = m.WriteGrace() * 9 / 10
 	r.onCoordinator = func(c *coordinator.Coordinator) {
 		co.Store(c)
 		m.Refresh()
@@ -515,6 +561,8 @@ type agentRun struct {
 	// the coordinator once made (coordination = "group").
 	owner         coordinator.Owner
 	onCoordinator func(*coordinator.Coordinator)
+	// markersDeadline is the writer's (coordinator.Config), in group mode.
+	markersDeadline time.Duration
 }
 
 // withFillers adds the filler method in use to st.
@@ -544,7 +592,7 @@ func (r *agentRun) term(ctx context.Context, t *lease.Term) error {
 	}
 	startCtx, cancel := context.WithTimeout(runCtx, 60*time.Second)
 	defer cancel()
-	fillers, err := chooseFillers(startCtx, r.cfg.Fillers, r.dstOpts, t != nil)
+	fillers, err := chooseFillers(startCtx, r.cfg.Fillers, r.dstOpts, t != nil || r.owner != nil)
 	if err != nil {
 		if t != nil && runCtx.Err() != nil {
 			return nil
@@ -561,12 +609,13 @@ func (r *agentRun) term(ctx context.Context, t *lease.Term) error {
 		RefreshInterval: r.cfg.RefreshInterval(),
 		// A promote fences source writes with a DENY WRITE ACL
 		// (DESIGN §4).
-		SourceFence: coordinator.ACLSourceFence{},
-		Fillers:     fillers.method,
-		Gate:        gate,
-		Owner:       r.owner,
-		AgentID:     idOf(r.cfg),
-		Logger:      r.log,
+		SourceFence:     coordinator.ACLSourceFence{},
+		Fillers:         fillers.method,
+		Gate:            gate,
+		Owner:           r.owner,
+		MarkersDeadline: r.markersDeadline,
+		AgentID:         idOf(r.cfg),
+		Logger:          r.log,
 	})
 	if err != nil {
 		if t != nil && runCtx.Err() != nil {

@@ -20,10 +20,14 @@ type fillerChoice struct {
 // chooseFillers turns the fillers setting into a method, asking the
 // destination whether the agent may write markers. WriteTxnMarkers cannot
 // be fenced: a marker a dead agent sent may still land after a new agent
-// read the destination end. Auto takes markers only under the writer
-// lease, whose new holder waits out the previous holder's requests before
-// it writes; without it, coordinator fillers are fenced by InitProducerId.
-func chooseFillers(ctx context.Context, setting string, dstOpts []kgo.Opt, leased bool) (fillerChoice, error) {
+// read the destination end. Auto takes markers only when bounded says how
+// late a write can land is bounded: under the writer lease, whose new
+// holder waits out the previous holder's requests before it writes, or in
+// a group, whose members stop writing before their session can run out
+// and reset a connection whose markers stay unanswered within the write
+// grace (writer.SetMarkersDeadline). Without either, coordinator fillers
+// are fenced by InitProducerId.
+func chooseFillers(ctx context.Context, setting string, dstOpts []kgo.Opt, bounded bool) (fillerChoice, error) {
 	if setting == config.FillersCoordinator {
 		return fillerChoice{partition.FillCoordinator, "fillers = \"coordinator\""}, nil
 	}
@@ -42,16 +46,16 @@ func chooseFillers(ctx context.Context, setting string, dstOpts []kgo.Opt, lease
 		return fillerChoice{}, fmt.Errorf("fillers = \"markers\": the destination does not let the agent send WriteTxnMarkers; %s, or set fillers = \"coordinator\"", grant)
 	case setting == config.FillersMarkers:
 		why := "fillers = \"markers\""
-		if !leased {
-			why += "; without the writer lease a marker sent by an agent that died can land after its successor's first write, which then fails the partition (DUPLICATE_MARKER) rather than shift an offset"
+		if !bounded {
+			why += "; without the agents' group or the writer lease a marker sent by an agent that died can land after its successor's first write, which then fails the partition (DUPLICATE_MARKER) rather than shift an offset"
 		}
 		return fillerChoice{partition.FillMarkers, why}, nil
 	case err != nil:
 		return fillerChoice{partition.FillCoordinator, fmt.Sprintf("fillers = \"auto\": %v", err)}, nil
 	case !ok:
 		return fillerChoice{partition.FillCoordinator, "fillers = \"auto\": the destination does not let the agent send WriteTxnMarkers (no ALTER or CLUSTER_ACTION on the cluster)"}, nil
-	case !leased:
-		return fillerChoice{partition.FillCoordinator, "fillers = \"auto\": the writer lease is off, and only coordinator fillers are fenced across a restart"}, nil
+	case !bounded:
+		return fillerChoice{partition.FillCoordinator, "fillers = \"auto\": the agent runs without a group or the writer lease (lease_duration = \"0s\"), and only coordinator fillers are fenced across a restart"}, nil
 	}
-	return fillerChoice{partition.FillMarkers, "fillers = \"auto\": the destination authorizes WriteTxnMarkers and the writer lease is on"}, nil
+	return fillerChoice{partition.FillMarkers, "fillers = \"auto\": the destination authorizes WriteTxnMarkers, and the agents' group (or the writer lease) bounds how late a marker can land"}, nil
 }

@@ -102,7 +102,7 @@ func TestAgentStandby(t *testing.T) {
 	// active one how it writes fillers (a standby has not chosen yet).
 	for a, want := range map[*inProcessAgent]string{
 		first: "agent first: active; writer lease epoch 1 held by first (lease 2s)\n" +
-			`fillers: markers (fillers = "auto": the destination authorizes WriteTxnMarkers and the writer lease is on)`,
+			`fillers: markers (fillers = "auto": the destination authorizes WriteTxnMarkers, and the agents' group (or the writer lease) bounds how late a marker can land)`,
 		second: "agent second: standby; writer lease epoch 1 held by first (lease 2s)",
 	} {
 		out, err := capture(t, runStatus, "--agent", a.base)

@@ -1,0 +1,164 @@
+package writer
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kmirror/kmirror/agent/leaders"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
+)
+
+// relay is a TCP proxy in front of each broker connection a client dials,
+// recording how each client side ended: EOF (a graceful close, whose
+// unsent bytes the kernel would still deliver) or a reset.
+type relay struct {
+	mu    sync.Mutex
+	ended []error // how each client side's reading ended, in order
+}
+
+// dial is a kgo.Dialer: a proxy to addr, and a connection to it.
+func (r *relay) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		defer ln.Close()
+		in, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		out, err := net.Dial(network, addr)
+		if err != nil {
+			in.Close()
+			return
+		}
+		go func() { _, _ = io.Copy(in, out); in.Close() }()
+		_, err = io.Copy(out, in)
+		if err == nil {
+			err = io.EOF
+		}
+		r.mu.Lock()
+		r.ended = append(r.ended, err)
+		r.mu.Unlock()
+		out.Close()
+	}()
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", ln.Addr().String())
+}
+
+func (r *relay) endings() []error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]error(nil), r.ended...)
+}
+
+// TestMarkersDeadlineResetsTheConnection: filler markers the broker does
+// not answer within the writer's markers deadline fail with an error
+// saying so, long before the connection's own timeout, and their
+// connection ends with a reset, not a graceful close: the kernel then
+// drops what the broker has not received instead of resending it (for
+// minutes across a network partition, after another agent took the
+// partition over). The next write goes over a new connection.
+func TestMarkersDeadlineResetsTheConnection(t *testing.T) {
+	c := devclustertest.Start(t)
+	r := &relay{}
+	cl, err := kgo.NewClient(ClientOpts([]kgo.Opt{kgo.SeedBrokers(c.Bootstrap()...), kgo.Dialer(r.dial)})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	w := New(cl, leaders.New(cl))
+	const deadline = 300 * time.Millisecond
+	w.SetMarkersDeadline(deadline)
+	f := &fixture{c: c, cl: cl, w: w, adm: kadm.NewClient(cl)}
+	f.topic(t, "d", 1)
+	ctx := context.Background()
+
+	kc := c.Kfake()
+	release := make(chan struct{})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	var held sync.Once
+	kc.ControlKey(int16(kmsg.WriteTxnMarkers), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		held.Do(func() { kc.SleepControl(func() { <-release }) })
+		return nil, nil, false
+	})
+	pid, epoch, err := w.InitProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off, err := w.Produce(ctx, "d", 0, batch(t, pid, epoch, 0, 0, 1)); err != nil || off != 0 {
+		t.Fatalf("first batch: offset %d, %v", off, err)
+	}
+	start := time.Now()
+	x, err := w.MarkersAsync(ctx, Producer{ID: 1 << 62}, "d", 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	_, err = x.Wait(wctx)
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "did not answer filler markers within") {
+		t.Fatalf("markers held by the broker: %v after %v, want the markers deadline's error", err, took)
+	}
+	t.Logf("held markers failed after %v (deadline %v): %v", took.Round(time.Millisecond), deadline, err)
+	if took < deadline {
+		t.Errorf("held markers failed after %v, before the deadline %v", took, deadline)
+	}
+	// The relay sees the writer's connection end; the reset is what the
+	// client side reads.
+	var reset bool
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end) && !reset; time.Sleep(10 * time.Millisecond) {
+		for _, e := range r.endings() {
+			reset = reset || errors.Is(e, syscall.ECONNRESET)
+			if errors.Is(e, io.EOF) {
+				t.Fatalf("a connection of the writer ended with a graceful close (EOF), not a reset")
+			}
+		}
+	}
+	if !reset {
+		t.Fatalf("no connection ended with a reset; endings %v", r.endings())
+	}
+	close(release)
+	// A new connection: the partition writes again. The held markers
+	// reached the broker before the reset and are applied once released
+	// (a reset drops only what the broker has not received), so the next
+	// batch lands behind them.
+	wctx2, cancel2 := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel2()
+	for {
+		b, err := w.Bounds(wctx2, "d", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.HighWatermark == 2 {
+			break
+		}
+		if wctx2.Err() != nil {
+			t.Fatalf("destination end %d, want 2 once the held markers are applied", b.HighWatermark)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if off, err := w.Produce(ctx, "d", 0, batch(t, pid, epoch, 1, 0, 1)); err != nil || off != 2 {
+		t.Fatalf("batch after the reset: offset %d, %v; want 2", off, err)
+	}
+}
