@@ -27,9 +27,11 @@ const (
 
 // BenchmarkAgents measures what scaling out buys: 1, 2 and 3 `kmirror
 // agent` processes with coordination = "group", each limited to one core
-// (GOMAXPROCS=1), copy the same six sources (one mirror each) between the
-// same two Kafka 4.4.0 clusters, in one run. The agents join first; then
-// the mirrors are created through one of them and the group spreads them.
+// (GOMAXPROCS=1), copy the same six sources between the same two Kafka
+// 4.4.0 clusters, in one run: as six mirrors (one topic each), and as one
+// mirror of the six topics, whose partitions the group spreads as it does
+// mirrors. The agents join first; then the mirrors are created through
+// one of them and the group spreads them.
 // MB/s over the window from a tenth of the copy to its end and the agents'
 // CPU per GB, as ratios to one agent. On this 2-core machine the brokers
 // share the cores with the agents, so the ratios bound what more agents
@@ -51,19 +53,29 @@ func BenchmarkAgents(b *testing.B) {
 		stored += s.stored
 	}
 	figure("agents: %d sources of %d partitions, %.0f MB of batches", agentsTopics, partitions, float64(stored)/MB)
-	var runs []result
-	for n := 1; n <= 3; n++ {
-		r := runAgents(ctx, b, pe, srcs, n, total, stored)
-		runs = append(runs, r)
-		figure("  %d agent(s): %.1f MB/s over %.1fs, %.2f CPU-s/GB", n, r.mbps(), r.elapsed.Seconds(), r.cpu.Seconds()/(r.bytes/1e9))
-	}
 	var sb strings.Builder
 	w := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "agents\tMB/s\tratio to 1\tCPU-s/GB\tratio to 1\t\n")
-	for i, r := range runs {
-		fmt.Fprintf(w, "%d\t%.1f\t%.3g\t%.2f\t%.3g\t\n", i+1, r.mbps(), r.mbps()/runs[0].mbps(),
-			r.cpu.Seconds()/(r.bytes/1e9), (r.cpu.Seconds()/r.bytes)/(runs[0].cpu.Seconds()/runs[0].bytes))
-		b.ReportMetric(r.mbps()/runs[0].mbps(), fmt.Sprintf("x_%d_agents", i+1))
+	fmt.Fprintf(w, "mirrors\tagents\tMB/s\tratio to 1\tCPU-s/GB\tratio to 1\t\n")
+	for _, one := range []bool{false, true} {
+		layout := fmt.Sprintf("%d mirrors", agentsTopics)
+		if one {
+			layout = "1 mirror"
+		}
+		var runs []result
+		for n := 1; n <= 3; n++ {
+			r := runAgents(ctx, b, pe, srcs, n, one, total, stored)
+			runs = append(runs, r)
+			figure("  %s, %d agent(s): %.1f MB/s over %.1fs, %.2f CPU-s/GB", layout, n, r.mbps(), r.elapsed.Seconds(), r.cpu.Seconds()/(r.bytes/1e9))
+		}
+		for i, r := range runs {
+			fmt.Fprintf(w, "%s\t%d\t%.1f\t%.3g\t%.2f\t%.3g\t\n", layout, i+1, r.mbps(), r.mbps()/runs[0].mbps(),
+				r.cpu.Seconds()/(r.bytes/1e9), (r.cpu.Seconds()/r.bytes)/(runs[0].cpu.Seconds()/runs[0].bytes))
+			unit := "mirrors"
+			if one {
+				unit = "mirror"
+			}
+			b.ReportMetric(r.mbps()/runs[0].mbps(), fmt.Sprintf("x_%d_agents_1_%s", i+1, unit))
+		}
 	}
 	w.Flush()
 	figure("group mode on Kafka 4.4.0, each agent GOMAXPROCS=1 (MB/s of source batches and CPU over the window from a tenth of the copy to its end):\n%s",
@@ -71,8 +83,9 @@ func BenchmarkAgents(b *testing.B) {
 }
 
 // runAgents copies srcs with n group agents of a state topic of their own,
-// into fresh destination topics.
-func runAgents(ctx context.Context, b *testing.B, pe *peerEnv, srcs []source, n int, total, stored int64) result {
+// into fresh destination topics: a mirror per source, or one mirror of them
+// all.
+func runAgents(ctx context.Context, b *testing.B, pe *peerEnv, srcs []source, n int, one bool, total, stored int64) result {
 	b.Helper()
 	for _, s := range srcs {
 		if err := deleteTopic(ctx, pe.dstAdm, s.topic); err != nil {
@@ -97,10 +110,20 @@ func runAgents(ctx context.Context, b *testing.B, pe *peerEnv, srcs []source, n 
 		b.Fatalf("%d agents did not form a group: %v", n, err)
 	}
 	// All at once: the group places them in one rebalance.
-	var wg sync.WaitGroup
-	errs := make(chan error, len(srcs))
+	var specs []mirrorapi.MirrorSpec
 	for _, s := range srcs {
-		spec := mirrorapi.MirrorSpec{Name: s.topic, Source: mirrorapi.Source{BootstrapServers: pe.srcBoot}, Topics: []string{s.topic}}
+		if one {
+			if specs == nil {
+				specs = append(specs, mirrorapi.MirrorSpec{Name: "all", Source: mirrorapi.Source{BootstrapServers: pe.srcBoot}})
+			}
+			specs[0].Topics = append(specs[0].Topics, s.topic)
+			continue
+		}
+		specs = append(specs, mirrorapi.MirrorSpec{Name: s.topic, Source: mirrorapi.Source{BootstrapServers: pe.srcBoot}, Topics: []string{s.topic}})
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(specs))
+	for _, spec := range specs {
 		wg.Go(func() {
 			if _, err := apis[0].Create(ctx, spec); err != nil {
 				errs <- err
@@ -151,7 +174,7 @@ func runAgents(ctx context.Context, b *testing.B, pe *peerEnv, srcs []source, n 
 	}
 	if st, err := apis[0].Agent(ctx); err == nil {
 		for _, m := range st.GroupMembers {
-			figure("    %s ran %v", m.AgentID, m.Mirrors)
+			figure("    %s ran the homes %v and %d partitions", m.AgentID, m.Mirrors, len(m.Partitions))
 		}
 	}
 	return r

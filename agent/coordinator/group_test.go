@@ -366,20 +366,29 @@ func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
 	// operation out as a lone agent does.
 	pair := []*groupAgent{survivor, joined}
 	byID := map[string]*groupAgent{survivor.id: survivor, joined.id: joined}
-	// spreadOne is a mirror that runs a partition on another agent than
-	// its home in who.
-	spreadOne := func(who map[string][]string) string {
-		t.Helper()
+	// spread is a mirror, not one of except, that runs a partition on
+	// another agent than its home in who.
+	spread := func(who map[string][]string, except ...string) (string, bool) {
 		for i := range mirrors {
 			name := fmt.Sprintf("m%d", i)
+			if slices.Contains(except, name) {
+				continue
+			}
 			for p := range 2 {
 				if who[fmt.Sprintf("%s/%s/%d", name, topics[i], p)][0] != who[name][0] {
-					return name
+					return name, true
 				}
 			}
 		}
-		t.Fatalf("no mirror runs a partition away from its home: %v", who)
-		return ""
+		return "", false
+	}
+	spreadOne := func(who map[string][]string, except ...string) string {
+		t.Helper()
+		name, ok := spread(who, except...)
+		if !ok {
+			t.Fatalf("no mirror but %v runs a partition away from its home: %v", except, who)
+		}
+		return name
 	}
 	spreadName := spreadOne(split)
 	home := byID[split[spreadName][0]]
@@ -428,6 +437,27 @@ func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
 	waitStates(spreadName, string(mirrorapi.StateMirroring), nil)
 	identical("paused and resumed " + spreadName)
 
+	// A throttle on another spread mirror: it is gathered on its home,
+	// whose fetchers enforce the throttle, and stays there while
+	// throttled.
+	after = waitRunning(pair)
+	throttled := spreadOne(after, spreadName)
+	home = byID[after[throttled][0]]
+	throttling := time.Now()
+	if err := home.co.SetThrottle(ctx, throttled, mirrorapi.Throttle{RateBytesPerSecond: 50 << 20}); err != nil {
+		t.Fatalf("throttling %s on its home %s, its partitions on %v: %v", throttled, home.id, after, err)
+	}
+	waitStates(throttled, string(mirrorapi.StateMirroring), home)
+	t.Logf("%s throttled on its home %s within %v, its partitions gathered there", throttled, home.id, time.Since(throttling).Round(time.Millisecond))
+	produce(8, 100)
+	identical("throttled " + throttled)
+	if st := states(throttled); st["0"] != string(mirrorapi.StateMirroring)+"@"+home.id || st["1"] != st["0"] {
+		t.Errorf("%s throttled: partitions %v, want both MIRRORING on its home %s", throttled, st, home.id)
+	}
+	if err := home.co.RemoveThrottle(ctx, throttled); err != nil {
+		t.Fatal(err)
+	}
+
 	// A promote of a spread mirror: every partition stops at the source's
 	// end (nothing is produced now) and is STOPPED on the home.
 	after = waitRunning(pair)
@@ -439,4 +469,40 @@ func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
 	waitStates(promoted, string(mirrorapi.StateStopped), home)
 	identical("promoted " + promoted)
 	t.Logf("%s, its partitions on %v, promoted on its home %s", promoted, after, home.id)
+
+	// A delete (forced: the mirror has topics) of a mirror, spread where
+	// one is: its partitions stop wherever they run, and no agent runs or
+	// describes it any more; its destination topic stays.
+	after = waitRunning(pair)
+	deleted, wasSpread := spread(after, promoted)
+	if !wasSpread {
+		deleted = slices.DeleteFunc([]string{"m0", "m1", "m2", "m3"}, func(n string) bool { return n == promoted })[0]
+	}
+	home = byID[after[deleted][0]]
+	if err := home.co.Delete(ctx, deleted, true); err != nil {
+		t.Fatalf("deleting %s on its home %s, its partitions on %v: %v", deleted, home.id, after, err)
+	}
+	for ctx.Err() == nil {
+		left := []string{}
+		for k := range running(pair) {
+			if k == deleted || strings.HasPrefix(k, deleted+"/") {
+				left = append(left, k)
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, a := range pair {
+		for _, m := range a.co.Describe() {
+			if m.Name == deleted {
+				t.Errorf("%s deleted, still described by %s", deleted, a.id)
+			}
+		}
+	}
+	if ends, err := kadm.NewClient(dstCl).ListEndOffsets(ctx, topics[deleted[1]-'0']); err != nil || ends.Error() != nil {
+		t.Errorf("the destination topic of deleted %s: %v %v", deleted, err, ends.Error())
+	}
+	t.Logf("%s deleted on its home %s (its partitions spread over two agents: %v)", deleted, home.id, wasSpread)
 }

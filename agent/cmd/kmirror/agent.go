@@ -45,7 +45,7 @@ func runAgent(ctx context.Context, args []string) error {
 	logLevel := fs.String("log-level", "", "trace, debug, info, warn or error (overrides the config file)")
 	metricsListen := fs.String("metrics-listen", "", "address serving only GET /metrics (Prometheus) without authentication, such as 0.0.0.0:9464 (overrides metrics_listen in the config file); the API address serves /metrics too, behind the bearer token")
 	tokenFile := fs.String("token-file", "", "file of API bearer tokens, one a line (overrides token_file in the config file); without it the API listens on loopback only")
-	agentID := fs.String("agent-id", "", "this agent's name in the writer lease, describe and logs (overrides agent_id in the config file; default HOSTNAME-PID)")
+	agentID := fs.String("agent-id", "", "this agent's name in the group (its static member id: keep it across restarts), describe and logs (overrides agent_id in the config file; default HOSTNAME-PID)")
 	fillers := fs.String("fillers", "", "how invisible destination offsets are written: auto, coordinator or markers (overrides fillers in the config file; default auto)")
 	leaseDuration := fs.String("lease-duration", "", "deprecated: run with the writer lease (coordination = \"lease\") of this duration instead of the agents' group, such as 15s; 0s runs with neither, for a destination only this agent writes to (overrides lease_duration in the config file)")
 	apiAdvertiseURL := fs.String("api-advertise-url", "", "with coordination = \"group\": where the other agents reach this agent's API, such as http://10.0.0.5:8080 (env KMIRROR_API_ADVERTISE_URL; overrides api_advertise_url)")
