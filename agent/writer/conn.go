@@ -150,8 +150,9 @@ const maxResponse = 100 << 20
 // ClientOpts: v12 and up switch the broker to implicit transaction adds).
 const produceMaxVersion = 11
 
-// dialOrdered opens a connection to addr as cl would, and authenticates it.
-func dialOrdered(ctx context.Context, cl *kgo.Client, addr string, timeout time.Duration) (*orderedConn, error) {
+// dialOrdered opens a connection to addr as cl would, and authenticates it;
+// timeout and markers are the orderedConn's.
+func dialOrdered(ctx context.Context, cl *kgo.Client, addr string, timeout, markers time.Duration) (*orderedConn, error) {
 	// The client's dialer: the one it was given, or its own, which does
 	// TLS when the client was given a TLS configuration.
 	dial, _ := cl.OptValue(kgo.Dialer).(func(context.Context, string, string) (net.Conn, error))
@@ -163,7 +164,7 @@ func dialOrdered(ctx context.Context, cl *kgo.Client, addr string, timeout time.
 		return nil, fmt.Errorf("connecting to broker %s: %w", addr, err)
 	}
 	id, _ := cl.OptValue(kgo.ClientID).(string)
-	c := &orderedConn{addr: addr, nc: nc, format: kmsg.NewRequestFormatter(kmsg.FormatterClientID(id)), timeout: timeout}
+	c := &orderedConn{addr: addr, nc: nc, format: kmsg.NewRequestFormatter(kmsg.FormatterClientID(id)), timeout: timeout, markers: markers}
 	if deadline, ok := ctx.Deadline(); ok {
 		_ = nc.SetDeadline(deadline)
 	}
@@ -520,11 +521,10 @@ func (w *Writer) ordered(l lane) (*orderedConn, error) {
 		}
 		c.fail(fmt.Errorf("connection to broker %d at %s retired", l.node, c.addr))
 	}
-	nc, err := dialOrdered(ctx, w.cl, addr, w.timeout+10*time.Second)
+	nc, err := dialOrdered(ctx, w.cl, addr, w.timeout+10*time.Second, w.markersDeadline)
 	if err != nil {
 		return nil, err
 	}
-	nc.markers = w.markersDeadline
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
