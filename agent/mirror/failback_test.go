@@ -105,7 +105,7 @@ func TestPlanFailback(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srcState.Close()
-	if err := WriteRecord(ctx, srcState, partitionKey("dr", fetcher.TP{Topic: "orders"}), partitionRecord{State: partition.Stopped, LastMirroredOffset: 4}); err != nil {
+	if err := WriteRecord(ctx, srcState, PartitionKey("dr", fetcher.TP{Topic: "orders"}), partitionRecord{State: partition.Stopped, LastMirroredOffset: 4}); err != nil {
 		t.Fatal(err)
 	}
 	dstCl := e.client(e.dst)

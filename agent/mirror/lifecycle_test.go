@@ -247,7 +247,7 @@ func TestRunnerLifecycle(t *testing.T) {
 	persisted := func(p int32) partitionRecord {
 		t.Helper()
 		var pr partitionRecord
-		if !ReadRecord(e.cfg.Store, partitionKey("dr", fetcher.TP{Topic: "orders", Partition: p}), &pr) {
+		if !ReadRecord(e.cfg.Store, PartitionKey("dr", fetcher.TP{Topic: "orders", Partition: p}), &pr) {
 			t.Fatalf("no record of orders/%d", p)
 		}
 		return pr

@@ -78,7 +78,7 @@ func (m *Runner) stopModeOf(tp fetcher.TP) StopMode {
 		return mode
 	}
 	var pr partitionRecord
-	if ReadRecord(m.cfg.Store, partitionKey(m.rec.Spec.Name, tp), &pr) && pr.State == partition.Stopping {
+	if ReadRecord(m.cfg.Store, PartitionKey(m.rec.Spec.Name, tp), &pr) && pr.State == partition.Stopping {
 		return pr.StopMode
 	}
 	return ""
@@ -94,7 +94,7 @@ func (m *Runner) stateOf(tp fetcher.TP) (partition.State, reason.Code) {
 		return st.State, st.ReasonCode
 	}
 	var pr partitionRecord
-	if ReadRecord(m.cfg.Store, partitionKey(m.rec.Spec.Name, tp), &pr) && pr.State != "" {
+	if ReadRecord(m.cfg.Store, PartitionKey(m.rec.Spec.Name, tp), &pr) && pr.State != "" {
 		return pr.State, pr.ReasonCode
 	}
 	return partition.Initializing, ""
@@ -153,7 +153,7 @@ func halt(rp *runningPartition, stop context.CancelFunc, clean bool, grace, wait
 
 // persist writes tp's record with the run context of the mirror.
 func (m *Runner) persist(tp fetcher.TP, pr partitionRecord) {
-	if err := WriteRecord(m.ctx, m.cfg.Store, partitionKey(m.rec.Spec.Name, tp), pr); err != nil {
+	if err := WriteRecord(m.ctx, m.cfg.Store, PartitionKey(m.rec.Spec.Name, tp), pr); err != nil {
 		m.log.Error("persisting partition state", "partition", tp.String(), "state", pr.State, "error", err)
 	}
 }
@@ -162,7 +162,7 @@ func (m *Runner) persist(tp fetcher.TP, pr partitionRecord) {
 // OnChange, and the failure of a topic (failTopic).
 func (m *Runner) persistPartition(ctx context.Context, tp fetcher.TP, st partition.Status) {
 	rec := partitionRecord{State: st.State, Reason: st.Reason, ReasonCode: st.ReasonCode, LastMirroredOffset: st.LastMirrored, StopMode: m.life.modeOf(tp, st.State)}
-	if err := WriteRecord(ctx, m.cfg.Store, partitionKey(m.rec.Spec.Name, tp), rec); err != nil && !errors.Is(err, context.Canceled) {
+	if err := WriteRecord(ctx, m.cfg.Store, PartitionKey(m.rec.Spec.Name, tp), rec); err != nil && !errors.Is(err, context.Canceled) {
 		m.log.Error("persisting partition state", "partition", tp.String(), "error", err)
 	}
 }

@@ -126,8 +126,7 @@ func (t *topicID) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-func topicKey(m, t string) string                 { return "topic/" + m + "/" + t }
-func partitionKey(m string, tp fetcher.TP) string { return PartitionKey(m, tp) }
+func topicKey(m, t string) string { return "topic/" + m + "/" + t }
 
 // PartitionKey is the key of the record of mirror m's partition tp, which
 // is also the partition's item in the agents' group.

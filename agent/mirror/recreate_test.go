@@ -115,11 +115,11 @@ func TestRecreateTopic(t *testing.T) {
 	}
 	for p := range int32(3) {
 		var pr partitionRecord
-		if !ReadRecord(store, partitionKey("dr", tp("orders", p)), &pr) || pr.State != partition.Initializing || pr.LastMirroredOffset != -1 || pr.ReasonCode != reason.Recovering {
+		if !ReadRecord(store, PartitionKey("dr", tp("orders", p)), &pr) || pr.State != partition.Initializing || pr.LastMirroredOffset != -1 || pr.ReasonCode != reason.Recovering {
 			t.Errorf("orders/%d persisted as %+v, want INITIALIZING from the source's log start", p, pr)
 		}
 	}
-	if _, ok := store.Get(partitionKey("dr", tp("payments", 0))); ok {
+	if _, ok := store.Get(PartitionKey("dr", tp("payments", 0))); ok {
 		t.Error("another topic's partition was restarted")
 	}
 }

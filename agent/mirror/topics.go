@@ -160,7 +160,7 @@ func (m *Runner) startPartitions(ctx context.Context, source sourceReader, f *fe
 			Logger:   m.log.Named("partition"),
 		}
 		var pr partitionRecord
-		persisted := ReadRecord(m.cfg.Store, partitionKey(name, tp), &pr)
+		persisted := ReadRecord(m.cfg.Store, PartitionKey(name, tp), &pr)
 		if persisted && m.restorePartition(tp, cfg, pr) {
 			// Failed, paused and stopped partitions stay so across
 			// restarts until an operation moves them; a failover stop

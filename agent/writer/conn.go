@@ -403,6 +403,8 @@ func (c *orderedConn) armLocked(now time.Time) {
 	var d time.Time
 	if len(c.waiting) > 0 {
 		d = now.Add(c.timeout)
+	}
+	if c.markers > 0 { // without a markers deadline no call has one
 		for _, k := range c.waiting {
 			if !k.by.IsZero() && k.by.Before(d) {
 				d = k.by
