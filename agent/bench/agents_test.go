@@ -177,6 +177,17 @@ func runAgents(ctx context.Context, b *testing.B, pe *peerEnv, srcs []source, n 
 			figure("    %s ran the homes %v and %d partitions", m.AgentID, m.Mirrors, len(m.Partitions))
 		}
 	}
+	// Handoffs during the copy stop partitions until their writes
+	// returned.
+	var handed float64
+	for _, api := range apis {
+		v, _, err := api.Metric(ctx, "kmirror_group_handoffs_total")
+		if err != nil {
+			b.Fatal(err)
+		}
+		handed += v
+	}
+	figure("    handoffs during the copy: %v", handed)
 	return r
 }
 

@@ -115,6 +115,9 @@ type Coordinator struct {
 	stopped chan struct{}
 	// granted are the items of the group's last view reconciled.
 	granted map[string]membership.Grant
+	// placed are the partition records Items read last, decoded.
+	placedMu sync.Mutex
+	placed   map[string]placement
 }
 
 // MirrorStatus is one mirror as describe shows it.

@@ -8,9 +8,14 @@ package coordinator
 //     metadata sync, read-only ACLs, lifecycle operations) and its
 //     partitions not yet items of their own;
 //   - each partition with a record ("partition/NAME/TOPIC/P", the record's
-//     key), whose home is its mirror's. A new partition runs with its home
-//     until its record exists; then the group gives its item to the home's
-//     agent, and spreads it from there like any other.
+//     key), whose home is its mirror's. In a group of several agents, the
+//     home's agent holds a new partition back and writes its record,
+//     marked unplaced; the group places the item on the least loaded
+//     agent, which runs it from its first write, so that a new mirror's
+//     first copy is not interrupted by handoffs. In a group of one, or if
+//     an agent of an older version is a member, a new partition runs with
+//     its home until its record exists; then the group gives its item to
+//     the home's agent, and spreads it from there like any other.
 //
 // A mirror is pinned (every partition of it with its home) while one of its
 // partitions is in a state only lifecycle operations change (paused,
@@ -79,21 +84,41 @@ func (c *Coordinator) Items() []membership.Item {
 		}
 	}
 	var parts []membership.Item
+	c.placedMu.Lock()
+	prev := c.placed
+	c.placed = make(map[string]placement, len(prev))
 	for _, k := range c.store.Keys("partition/") {
 		name, _, ok := mirror.ParsePartitionKey(k)
 		if !ok || !names[name] {
 			continue
 		}
-		if v, _ := c.store.Get(k); !mirror.Spreads(v) {
+		v, _ := c.store.Get(k)
+		p, ok := prev[k]
+		if !ok || p.raw != string(v) {
+			p = placement{raw: string(v)}
+			p.spreads, p.unplaced = mirror.Placement(v)
+		}
+		c.placed[k] = p
+		if !p.spreads {
 			pinned[name] = true
 		}
-		parts = append(parts, membership.Item{Key: k, Home: mirrorKey(name)})
+		parts = append(parts, membership.Item{Key: k, Home: mirrorKey(name), Unplaced: p.unplaced})
 	}
+	c.placedMu.Unlock()
 	out := make([]membership.Item, 0, len(names)+len(parts))
 	for _, name := range slices.Sorted(maps.Keys(names)) {
 		out = append(out, membership.Item{Key: mirrorKey(name), Pinned: pinned[name]})
 	}
 	return append(out, parts...)
+}
+
+// placement is what a partition record says of where its partition may
+// run (mirror.Placement), kept with the record it was decoded from: the
+// group's leader reads every record at every heartbeat, and they seldom
+// change.
+type placement struct {
+	raw               string
+	spreads, unplaced bool
 }
 
 // pinPrefix keys the records of mirrors a lifecycle operation gathers on
@@ -293,7 +318,7 @@ func (c *Coordinator) reconcile(ctx context.Context, recs map[string]mirror.Reco
 				if !reflect.DeepEqual(m.Spec(), rec.Spec) {
 					m.SetSpec(rec.Spec)
 				}
-				m.SetParts(c.partGates(sh), c.listed(view, name))
+				m.SetParts(c.partGates(sh), c.listed(view, name), len(view.Members) > 1)
 				continue
 			}
 			// Agents that started together each created the mirror
@@ -420,7 +445,7 @@ func (c *Coordinator) startShareLocked(rec mirror.Record, sh *share, view member
 		c.cfg.Owner.Released(mirror.PartitionKey(name, tp))
 		c.log.Info("partition handed on", "mirror", name, "partition", tp.String())
 	})
-	m.SetParts(c.partGates(sh), c.listed(view, name))
+	m.SetParts(c.partGates(sh), c.listed(view, name), len(view.Members) > 1)
 	var t mirrorapi.Throttle
 	if mirror.ReadRecord(c.store, throttleKey(name), &t) {
 		m.SetThrottle(&t) // before its first fetch

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +30,22 @@ type groupAgent struct {
 	id     string
 	member *membership.Member
 	co     *coordinatortest.Agent
+	owner  *countingOwner
+}
+
+// countingOwner counts the partitions its agent hands on.
+type countingOwner struct {
+	*membership.Member
+	handed atomic.Int64
+}
+
+func (o *countingOwner) Released(items ...string) {
+	for _, k := range items {
+		if strings.HasPrefix(k, "partition/") {
+			o.handed.Add(1)
+		}
+	}
+	o.Member.Released(items...)
 }
 
 func startGroupAgent(t *testing.T, dst []kgo.Opt, group, id string) *groupAgent {
@@ -52,9 +69,9 @@ func startGroupAgent(t *testing.T, dst []kgo.Opt, group, id string) *groupAgent 
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &groupAgent{id: id, member: m}
+	a := &groupAgent{id: id, member: m, owner: &countingOwner{Member: m}}
 	a.co = coordinatortest.Start(t, coordinator.Config{
-		Destination: dst, RefreshInterval: 200 * time.Millisecond, Owner: m, Logger: log,
+		Destination: dst, RefreshInterval: 200 * time.Millisecond, Owner: a.owner, Logger: log,
 	})
 	co.Lock()
 	items = a.co.Items
@@ -144,6 +161,17 @@ func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
 	for i := range 3 {
 		agents = append(agents, startGroupAgent(t, dstOpts, group, fmt.Sprintf("agent-%d", i)))
 	}
+	// The mirrors come to a group of three, whose home agents hold new
+	// partitions back for the group to place.
+	for _, a := range agents {
+		for len(a.member.View().Members) != 3 {
+			if ctx.Err() != nil {
+				t.Fatalf("%s does not see the three agents: %+v", a.id, a.member.View().Members)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	created := time.Now()
 	for i, tp := range topics {
 		spec := mirrorspec.Spec{Name: fmt.Sprintf("m%d", i), Source: mirrorspec.Source{BootstrapServers: src.Bootstrap()}, Topics: []string{tp}}
 		// Any agent creates a mirror; the group decides who runs it.
@@ -212,22 +240,36 @@ func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
 		}
 	}
 
-	// The partitions start with their mirrors' homes and spread from
-	// there.
+	// The partitions are placed where they run before they first write:
+	// the twelve homes and partitions balanced over the three agents, four
+	// each, without a partition handed on (placed with their homes, they
+	// would be balanced by moving them).
 	var owners map[string][]string
 	var per map[string]int
 	for ctx.Err() == nil {
 		owners = waitRunning(agents)
-		if per = partitionsOf(owners); len(per) == 3 {
+		per = map[string]int{}
+		for _, who := range owners {
+			per[who[0]]++
+		}
+		if len(per) == 3 && per["agent-0"] == 4 && per["agent-1"] == 4 {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if len(per) != 3 {
-		t.Errorf("partitions run by %v, want every agent to run at least one", per)
+	if ctx.Err() != nil {
+		t.Fatalf("homes and partitions run %v per agent, want 4 each", per)
 	}
-	t.Logf("homes and partitions: %v", owners)
+	if parts := partitionsOf(owners); len(parts) != 3 {
+		t.Errorf("partitions run by %v, want every agent to run at least one", parts)
+	}
+	t.Logf("homes and partitions: %v, %v after the first create", owners, time.Since(created).Round(time.Millisecond))
 	identical("three agents")
+	for _, a := range agents {
+		if n := a.owner.handed.Load(); n != 0 {
+			t.Errorf("%s handed on %d partitions during the first copy, want 0: new partitions are placed where they run", a.id, n)
+		}
+	}
 
 	// Two agents that created m0 at the same time, each with a producer
 	// of its own: the later record, here written by an agent that does

@@ -185,10 +185,23 @@ func testAgentGroup(t *testing.T, e engine) {
 		t.Errorf("the mirrors of %s moved %v after SIGKILL, before its session (%v) could have run out", victim, took, session)
 	}
 
-	// A fourth joins.
+	// A fourth joins: what it runs the others handed on, each handoff
+	// counted in their metrics.
+	handoffs := func() (sum float64) {
+		for _, id := range alive {
+			sum += groupHandoffs(ctx, t, agents[id])
+		}
+		return sum
+	}
+	before := handoffs()
 	start("a3")
+	spread("a3 joined", true, append(alive, "a3")...)
+	if moved, handed := len(given["a3"]), handoffs()-before; handed < float64(moved) {
+		t.Errorf("a3 joined and was given %d partitions, but the others count %v handoffs (kmirror_group_handoffs_total)", moved, handed)
+	} else {
+		t.Logf("a3 joined: given %d partitions; the others count %v handoffs", moved, handed)
+	}
 	alive = append(alive, "a3")
-	spread("a3 joined", true, alive...)
 
 	// Freeze one for 30 s, well past its session, then let it resume.
 	const frozenFor = 30 * time.Second
@@ -540,4 +553,14 @@ func testAgentGroupLoneRestart(t *testing.T, e engine) {
 	stats := stopProducing()
 	waitCaughtUp(ctx, t, p.srcCl, p.dstCl, topic, a, time.Minute)
 	p.assertIdentical(t, topic, identityOpts{wantRecords: stats[0].Records})
+}
+
+// groupHandoffs is what agent a's kmirror_group_handoffs_total says.
+func groupHandoffs(ctx context.Context, t *testing.T, a *agentProcess) float64 {
+	t.Helper()
+	v, ok, err := a.api.Metric(ctx, "kmirror_group_handoffs_total")
+	if err != nil || !ok {
+		t.Fatalf("kmirror_group_handoffs_total of %s: served %v, %v", a.name, ok, err)
+	}
+	return v
 }

@@ -21,12 +21,19 @@ type Item struct {
 	// Pinned, on a home, keeps every item of it with the home's owner: a
 	// mirror under a lifecycle operation runs on one agent.
 	Pinned bool `json:"-"`
+	// Unplaced, on an item with a Home, says its home's owner holds it
+	// back for the group to place: it never ran, so it may go to any
+	// member at once, where it will run, rather than to the home's
+	// owner, which would then hand it on.
+	Unplaced bool `json:"-"`
 }
 
 func (it Item) weight() int64 { return max(it.Weight, 1) }
 
 // memberMeta is what a member says of itself when it joins.
 type memberMeta struct {
+	// Version is the member's protocol: from placeVersion on, a home's
+	// owner never runs an Unplaced item it was not given.
 	Version int    `json:"v"`
 	Agent   string `json:"agent"`
 	// Process tells this process from another of the same agent id.
@@ -55,6 +62,13 @@ type memberMeta struct {
 	// that may be inside its session: their next owner waits as long.
 	Waiting []string `json:"waiting,omitempty"`
 }
+
+// metaVersion is the version members join with; placeVersion the first
+// that holds Unplaced items back (memberMeta.Version).
+const (
+	metaVersion  = 2
+	placeVersion = 2
+)
 
 // assignment is what the leader gives one member.
 type assignment struct {
@@ -125,7 +139,11 @@ type joined struct {
 //     shows that no process that may still write them exists (mustWait).
 //   - Items with a Home: one nobody ever owned (not in the history), or
 //     whose home is Pinned, goes to its home's owner instead, and to
-//     nobody while its home is between owners. An item of a pinned home
+//     nobody while its home is between owners; but for one Unplaced of a
+//     home not pinned, while every member holds Unplaced items back
+//     (placeVersion): that goes to the least loaded member like any
+//     other, and is an orphan wherever its home would be one (a process
+//     that may still write it ran the home). An item of a pinned home
 //     owned by another member is taken from it. Balancing moves neither
 //     the items of a pinned home nor a home that has items.
 //
@@ -139,7 +157,8 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 		return cmp.Or(cmp.Compare(a.meta.Agent, b.meta.Agent), cmp.Compare(a.id, b.id))
 	})
 	weights := make(map[string]int64, len(items))
-	homeOf, pinned := map[string]string{}, map[string]bool{}
+	homeOf, pinned, unplaced := map[string]string{}, map[string]bool{}, map[string]bool{}
+	place := !slices.ContainsFunc(members, func(m joined) bool { return m.meta.Version < placeVersion })
 	for _, it := range items {
 		if _, dup := weights[it.Key]; dup {
 			continue
@@ -150,6 +169,9 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 		}
 		if it.Pinned {
 			pinned[it.Key] = true
+		}
+		if it.Unplaced && it.Home != "" && place {
+			unplaced[it.Key] = true
 		}
 	}
 	fixed := fixedItems(items)
@@ -294,8 +316,9 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 	homeAt = placedAt(mine)
 	for _, k := range free {
 		i := -1
-		if h := homeOf[k]; h != "" {
-			if _, ever := hist[k]; !ever || pinned[h] {
+		h := homeOf[k]
+		if h != "" {
+			if _, ever := hist[k]; (!ever && !unplaced[k]) || pinned[h] {
 				at, ok := homeAt[h]
 				_, known := weights[h]
 				switch {
@@ -320,7 +343,11 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 		load[i] += weights[k]
 		mine[i] = append(mine[i], k)
 		homeAt[k] = i
-		if !released[k] && mustWait(k, hist, complete, here, waiting) {
+		orphan := mustWait(k, hist, complete, here, waiting)
+		if unplaced[k] && !pinned[h] {
+			orphan = orphan || mustWait(h, hist, complete, here, waiting)
+		}
+		if !released[k] && orphan {
 			orphans[i] = append(orphans[i], k)
 		}
 	}

@@ -40,6 +40,14 @@ func homed(pinned bool, n int) []Item {
 	return out
 }
 
+// unplaced marks the items with a home Unplaced.
+func unplaced(items []Item) []Item {
+	for i := range items {
+		items[i].Unplaced = items[i].Home != ""
+	}
+	return items
+}
+
 // hist builds a history from agent, process, item numbers..., in turn.
 func hist(args ...any) map[string]Process {
 	out := map[string]Process{}
@@ -306,6 +314,44 @@ func TestAssign(t *testing.T) {
 			{id: "m-b", meta: memberMeta{Agent: "b", Process: "pb"}},
 		},
 		want: map[string][]string{"m-a": {"mirror/a", "p/a/1"}, "m-b": {"p/a/0"}},
+	}, {
+		name:  "unplaced items go to the least loaded members at once, no wait",
+		items: unplaced(homed(false, 3)),
+		gen:   5,
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Version: 2, Agent: "a", Process: "pa", Previous: []MemberLoad{{Agent: "a", Process: "pa"}}, PreviousGen: 4, PreviousHistory: map[string]Process{"mirror/a": {"a", "pa"}}, PreviousComplete: true, Owned: owned("mirror/a")}},
+			{id: "m-b", meta: memberMeta{Version: 2, Agent: "b", Process: "pb"}},
+			{id: "m-c", meta: memberMeta{Version: 2, Agent: "c", Process: "pc"}},
+		},
+		want: map[string][]string{"m-a": {"mirror/a", "p/a/2"}, "m-b": {"p/a/0"}, "m-c": {"p/a/1"}},
+	}, {
+		name:  "unplaced items while a member may run them with their home (an older version): to the home's owner",
+		items: unplaced(homed(false, 2)),
+		gen:   5,
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Version: 2, Agent: "a", Process: "pa", Previous: []MemberLoad{{Agent: "a", Process: "pa"}}, PreviousGen: 4, PreviousHistory: map[string]Process{"mirror/a": {"a", "pa"}}, PreviousComplete: true, Owned: owned("mirror/a")}},
+			{id: "m-b", meta: memberMeta{Version: 1, Agent: "b", Process: "pb"}},
+		},
+		want: map[string][]string{"m-a": {"mirror/a", "p/a/0", "p/a/1"}, "m-b": nil},
+	}, {
+		name:  "unplaced items of a pinned home: to the home's owner",
+		items: unplaced(homed(true, 2)),
+		gen:   5,
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Version: 2, Agent: "a", Process: "pa", Previous: []MemberLoad{{Agent: "a", Process: "pa"}}, PreviousGen: 4, PreviousHistory: map[string]Process{"mirror/a": {"a", "pa"}}, PreviousComplete: true, Owned: owned("mirror/a")}},
+			{id: "m-b", meta: memberMeta{Version: 2, Agent: "b", Process: "pb"}},
+		},
+		want: map[string][]string{"m-a": {"mirror/a", "p/a/0", "p/a/1"}, "m-b": nil},
+	}, {
+		name:  "unplaced items whose home ran in a process that may still write: orphans wherever they go",
+		items: unplaced(homed(false, 2)),
+		gen:   5,
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Version: 2, Agent: "a", Process: "pa2", Owned: owned("mirror/a")}},
+			{id: "m-b", meta: memberMeta{Version: 2, Agent: "b", Process: "pb", Previous: []MemberLoad{{Agent: "a", Process: "pa"}, {Agent: "b", Process: "pb"}}, PreviousGen: 4, PreviousHistory: map[string]Process{"mirror/a": {"a", "pa"}}, PreviousComplete: true}},
+		},
+		want:    map[string][]string{"m-a": {"mirror/a", "p/a/1"}, "m-b": {"p/a/0"}},
+		orphans: map[string][]string{"m-a": {"p/a/1"}, "m-b": {"p/a/0"}},
 	}, {
 		name:  "revoked items are moving: told to every member, so the next generation knows them",
 		items: items(4),

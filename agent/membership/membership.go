@@ -182,6 +182,9 @@ type Member struct {
 	log hclog.Logger
 	cl  *kgo.Client
 
+	// handedOn counts the items Released: lost, and stopped here.
+	handedOn atomic.Int64
+
 	mu       sync.Mutex
 	memberID string
 	gen      int32
@@ -372,6 +375,7 @@ func (m *Member) Released(items ...string) {
 		if _, own := m.items[k]; own {
 			continue
 		}
+		m.handedOn.Add(1)
 		at := m.lostWait[k]
 		delete(m.lostWait, k)
 		m.released[k] = at
@@ -383,6 +387,10 @@ func (m *Member) Released(items ...string) {
 	}
 	m.askRejoin()
 }
+
+// HandedOn is how many items this member stopped and handed on (Released)
+// since it joined: each one a handoff, during which the item did not run.
+func (m *Member) HandedOn() int64 { return m.handedOn.Load() }
 
 func later(a, b time.Time) time.Time {
 	if b.After(a) {
@@ -471,7 +479,7 @@ var errRejoin = errors.New("rejoin")
 // joinAndSync runs one JoinGroup and SyncGroup.
 func (m *Member) joinAndSync(ctx context.Context) error {
 	m.mu.Lock()
-	meta := memberMeta{Version: 1, Agent: m.cfg.AgentID, Process: m.process, API: m.cfg.API, Previous: m.members, PreviousGen: m.membersGen, PreviousHistory: m.history, PreviousComplete: m.complete, PreviousWeights: m.knownWeights}
+	meta := memberMeta{Version: metaVersion, Agent: m.cfg.AgentID, Process: m.process, API: m.cfg.API, Previous: m.members, PreviousGen: m.membersGen, PreviousHistory: m.history, PreviousComplete: m.complete, PreviousWeights: m.knownWeights}
 	now := time.Now()
 	for k, at := range m.released {
 		if at.After(now) {

@@ -64,6 +64,11 @@ type partitionRecord struct {
 	// StopMode is how a STOPPING partition stops, to finish the stop
 	// after a restart, and how a STOPPED one stopped (describe shows it).
 	StopMode StopMode `json:"stop_mode,omitempty"`
+	// Unplaced says no write was ever made for the partition: its home
+	// holds it back until the agents' group gives it to an agent, which
+	// may then be any (see Runner.holdBack). Its first state change
+	// clears it.
+	Unplaced bool `json:"unplaced,omitempty"`
 }
 
 // legacyRealignFailed is how a record written before reason codes were kept
@@ -151,21 +156,24 @@ func ParsePartitionKey(k string) (m string, tp fetcher.TP, ok bool) {
 	return f[0], fetcher.TP{Topic: f[1], Partition: int32(p)}, true
 }
 
-// Spreads says whether a partition in the state its record v holds may run
-// on another agent than its mirror's home: while it mirrors. The others
-// (paused, stopping, stopped, failed) change only through lifecycle
-// operations, which the home carries out.
-func Spreads(v []byte) bool {
+// Placement is what a partition's record v says of where the partition
+// may run. spreads: on another agent than its mirror's home, while it
+// mirrors; the other states (paused, stopping, stopped, failed) change only
+// through lifecycle operations, which the home carries out. unplaced: on
+// any agent at once, as no write was ever made for it (its home held it
+// back for the group to place).
+func Placement(v []byte) (spreads, unplaced bool) {
 	var pr partitionRecord
 	if json.Unmarshal(v, &pr) != nil {
-		return false
+		return false, false
 	}
 	switch pr.State {
 	case "", partition.Initializing, partition.Mirroring:
-		return true
+		return true, pr.Unplaced
 	}
-	return false
+	return false, false
 }
+
 func alignmentKey(m string, tp fetcher.TP) string {
 	return fmt.Sprintf("alignment/%s/%s/%d", m, tp.Topic, tp.Partition)
 }

@@ -8,10 +8,15 @@ package mirror
 //   - The home runs the mirror's own work: it creates and grows the
 //     destination topics and keeps their configs, ids and read-only ACLs,
 //     discovers topics, syncs metadata, and carries out lifecycle
-//     operations. It also runs every partition that was never given to an
-//     agent of the group (Listed false): a new partition runs with its
-//     mirror until its record makes it an item of the group, which goes to
-//     the home's agent first.
+//     operations. In a group of one, it also starts a partition that was
+//     never given to an agent of the group (listed false) and has no
+//     record yet: the partition runs with its mirror, and its record makes
+//     it an item of the group, which goes to the home's agent first. In a
+//     group of several agents the home holds a new partition back instead
+//     (holdBack): it writes the partition's record, marked unplaced, and
+//     runs it only if the group gives it to its agent, as it may give it
+//     to any: a partition placed where it will run is not handed on during
+//     its first copy.
 //   - Every runner runs the partitions given to its agent, each write of
 //     one checked against the group (its gate), and stops those taken from
 //     it, telling Released once a stopped partition's writes all returned.
@@ -20,12 +25,14 @@ package mirror
 // starts another runner when it changes.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/kmirror/kmirror/agent/fetcher"
+	"github.com/kmirror/kmirror/agent/partition"
 )
 
 // shared is a runner's share of its mirror; nil runs all of it.
@@ -39,10 +46,12 @@ type shared struct {
 }
 
 // shareView is one SetParts: the partitions given to this agent, each with
-// the check of its unit, and which partitions were ever given to an agent.
+// the check of its unit, which partitions were ever given to an agent, and
+// whether the home holds new ones back for the group to place.
 type shareView struct {
 	parts  map[fetcher.TP]func() error
 	listed func(tp fetcher.TP) bool
+	place  bool
 }
 
 // errNotShared refuses a write of a partition no longer in the runner's
@@ -66,18 +75,20 @@ func (m *Runner) Share(home bool, released func(tp fetcher.TP)) {
 func (m *Runner) Home() bool { return m.shared == nil || m.shared.home }
 
 // SetParts gives the runner the partitions its agent was given, each with
-// the check its writes must pass, and says which partitions were ever
-// given to an agent (the home runs the others). Partitions it runs and no
+// the check its writes must pass, says which partitions were ever given to
+// an agent (the home runs the others), and whether the home holds new
+// partitions back for the group to place (holdBack; place: the group has
+// other agents to place them on). Partitions it runs and no
 // longer may are stopped; those it now may start at its next look, which
 // this brings forward. A partition that ran with the home and is now
 // given to this agent as a unit of its own runs on: its writes check the
 // unit from now on (partitionCheck).
-func (m *Runner) SetParts(parts map[fetcher.TP]func() error, listed func(tp fetcher.TP) bool) {
+func (m *Runner) SetParts(parts map[fetcher.TP]func() error, listed func(tp fetcher.TP) bool, place bool) {
 	if m.shared == nil {
 		return
 	}
 	m.mu.Lock()
-	old := m.shared.view.Swap(&shareView{parts: parts, listed: listed})
+	old := m.shared.view.Swap(&shareView{parts: parts, listed: listed, place: place})
 	var drop, idle []fetcher.TP
 	for tp := range m.parts {
 		if !m.runs(tp) {
@@ -97,6 +108,39 @@ func (m *Runner) SetParts(parts map[fetcher.TP]func() error, listed func(tp fetc
 		m.ops.Go(func() { m.drop(tp) })
 	}
 	m.kick()
+}
+
+// holdBack says whether the home leaves partition tp, which it does not
+// run, to the group rather than start it: tp was never given to an agent
+// (else the home does not run it), and it has a record (it ran somewhere,
+// or was held back before), or has none and the group has other agents to
+// place it on (place). The first hold writes tp's record, marked unplaced,
+// which makes tp an item of the group that it may give to any agent at once.
+//
+// So the home starts a partition the group never gave an agent only while
+// the partition has no record, and once its record exists, its item goes to
+// the home's agent unless the record says no agent ever ran it. A record
+// the home reads may be newer than the group's view it has: that of a held
+// partition the group gave another agent, which runs it already.
+func (m *Runner) holdBack(ctx context.Context, tp fetcher.TP) bool {
+	if m.shared == nil || !m.shared.home {
+		return false
+	}
+	v := m.shared.view.Load()
+	if v.listed(tp) {
+		return false
+	}
+	key := PartitionKey(m.rec.Spec.Name, tp)
+	if _, ok := m.cfg.Store.Get(key); ok {
+		return true
+	}
+	if !v.place {
+		return false
+	}
+	if err := WriteRecord(ctx, m.cfg.Store, key, partitionRecord{State: partition.Initializing, LastMirroredOffset: -1, Unplaced: true}); err != nil && ctx.Err() == nil {
+		m.log.Warn("holding a new partition back for the agents' group to place: writing its record failed; the next look tries again", "partition", tp.String(), "error", err)
+	}
+	return true
 }
 
 // Given says whether the runner has tp as a partition given to its agent

@@ -148,7 +148,7 @@ func (m *Runner) startPartitions(ctx context.Context, source sourceReader, f *fe
 		}
 		mine := m.runs(tp)
 		m.mu.Unlock()
-		if running || !mine {
+		if running || !mine || m.holdBack(ctx, tp) {
 			continue
 		}
 		recovering := m.life.takeRecovering(tp)

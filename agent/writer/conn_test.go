@@ -16,15 +16,23 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kmirror/kmirror/agent/leaders"
+	"github.com/kmirror/kmirror/internal/devcluster"
 	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 )
 
 // relay is a TCP proxy in front of each broker connection a client dials,
 // recording how each client side ended: EOF (a graceful close, whose
-// unsent bytes the kernel would still deliver) or a reset.
+// unsent bytes the kernel would still deliver) or a reset. While it holds
+// (hold), it keeps what clients send instead of passing it on, as a
+// network partition would; a client that resets its connection meanwhile
+// loses what was held (a reset drops what the sender's kernel has not
+// delivered), and what is held when it stops holding goes on with the
+// client's next bytes.
 type relay struct {
-	mu    sync.Mutex
-	ended []error // how each client side's reading ended, in order
+	mu      sync.Mutex
+	ended   []error // how each client side's reading ended, in order
+	holding bool
+	dropped int // bytes held when their connection ended
 }
 
 // dial is a kgo.Dialer: a proxy to addr, and a connection to it.
@@ -45,10 +53,7 @@ func (r *relay) dial(ctx context.Context, network, addr string) (net.Conn, error
 			return
 		}
 		go func() { _, _ = io.Copy(in, out); in.Close() }()
-		_, err = io.Copy(out, in)
-		if err == nil {
-			err = io.EOF
-		}
+		err = r.forward(out, in) // io.EOF: a graceful close
 		r.mu.Lock()
 		r.ended = append(r.ended, err)
 		r.mu.Unlock()
@@ -56,6 +61,48 @@ func (r *relay) dial(ctx context.Context, network, addr string) (net.Conn, error
 	}()
 	var d net.Dialer
 	return d.DialContext(ctx, "tcp", ln.Addr().String())
+}
+
+// forward copies what the client sends to the broker, keeping it back while
+// the relay holds, until the client's side ends (io.EOF for a graceful
+// close).
+func (r *relay) forward(out, in net.Conn) error {
+	buf := make([]byte, 64<<10)
+	var held []byte
+	for {
+		n, err := in.Read(buf)
+		held = append(held, buf[:n]...)
+		r.mu.Lock()
+		holding := r.holding
+		r.mu.Unlock()
+		if !holding && len(held) > 0 {
+			if _, werr := out.Write(held); werr != nil {
+				return werr
+			}
+			held = held[:0]
+		}
+		if err != nil {
+			r.mu.Lock()
+			r.dropped += len(held)
+			r.mu.Unlock()
+			return err
+		}
+	}
+}
+
+// hold makes the relay keep what clients send from now on (true), or pass
+// it on again.
+func (r *relay) hold(on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.holding = on
+}
+
+// droppedBytes is what the relay held of connections that ended.
+func (r *relay) droppedBytes() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.dropped
 }
 
 func (r *relay) endings() []error {
@@ -160,5 +207,93 @@ func TestMarkersDeadlineResetsTheConnection(t *testing.T) {
 	}
 	if off, err := w.Produce(ctx, "d", 0, batch(t, pid, epoch, 1, 0, 1)); err != nil || off != 2 {
 		t.Fatalf("batch after the reset: offset %d, %v; want 2", off, err)
+	}
+}
+
+// TestMarkersHeldInTheNetwork: filler markers that do not reach the
+// broker (a relay holds them, as a network partition would) fail at the
+// writer's markers deadline, and their connection's reset drops them: the
+// broker never applies them, so they cannot land after another agent
+// wrote the partition. The next batch lands at the offset the markers
+// would have taken, over a new connection. On both engines: the deadline
+// and the reset are the writer's and TCP's, the broker is real.
+func TestMarkersHeldInTheNetwork(t *testing.T) {
+	for _, engine := range []devcluster.EngineKind{devcluster.Embedded, devcluster.Kafka} {
+		t.Run(string(engine), func(t *testing.T) {
+			c := devclustertest.Start(t, devcluster.Engine(engine))
+			r := &relay{}
+			cl, err := kgo.NewClient(ClientOpts([]kgo.Opt{kgo.SeedBrokers(c.Bootstrap()...), kgo.Dialer(r.dial)})...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(cl.Close)
+			w := New(cl, leaders.New(cl))
+			const deadline = 500 * time.Millisecond
+			w.SetMarkersDeadline(deadline)
+			f := &fixture{c: c, cl: cl, w: w, adm: kadm.NewClient(cl)}
+			f.topic(t, "d", 1)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			pid, epoch, err := w.InitProducerID(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if off, err := w.Produce(ctx, "d", 0, batch(t, pid, epoch, 0, 0, 1)); err != nil || off != 0 {
+				t.Fatalf("first batch: offset %d, %v", off, err)
+			}
+
+			r.hold(true)
+			start := time.Now()
+			x, err := w.MarkersAsync(ctx, Producer{ID: 1 << 62}, "d", 0, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = x.Wait(ctx)
+			took := time.Since(start)
+			if err == nil || !strings.Contains(err.Error(), "did not answer filler markers within") {
+				t.Fatalf("markers held in the network: %v after %v, want the markers deadline's error", err, took)
+			}
+			if took < deadline {
+				t.Errorf("held markers failed after %v, before the deadline %v", took, deadline)
+			}
+			var reset bool
+			for end := time.Now().Add(5 * time.Second); time.Now().Before(end) && !reset; time.Sleep(10 * time.Millisecond) {
+				for _, e := range r.endings() {
+					reset = reset || errors.Is(e, syscall.ECONNRESET)
+					if errors.Is(e, io.EOF) {
+						t.Fatalf("a connection of the writer ended with a graceful close (EOF), not a reset")
+					}
+				}
+			}
+			if !reset {
+				t.Fatalf("no connection ended with a reset; endings %v", r.endings())
+			}
+			if r.droppedBytes() == 0 {
+				t.Fatal("the reset connection had nothing held: the markers were not held in the relay")
+			}
+			t.Logf("held markers failed after %v (deadline %v); the reset dropped %d bytes held in the relay", took.Round(time.Millisecond), deadline, r.droppedBytes())
+			r.hold(false)
+
+			// The markers never reached the broker: the next batch takes
+			// their offset, over a new connection, and markers after it
+			// land behind it.
+			b, err := w.Bounds(ctx, "d", 0)
+			if err != nil || b.HighWatermark != 1 {
+				t.Fatalf("destination end %d (%v) after the dropped markers, want 1", b.HighWatermark, err)
+			}
+			if off, err := w.Produce(ctx, "d", 0, batch(t, pid, epoch, 1, 0, 1)); err != nil || off != 1 {
+				t.Fatalf("batch after the reset: offset %d, %v; want 1", off, err)
+			}
+			x, err = w.MarkersAsync(ctx, Producer{ID: 1 << 62}, "d", 0, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := x.Wait(ctx); err != nil {
+				t.Fatalf("markers after the reset: %v", err)
+			}
+			if b, err := w.Bounds(ctx, "d", 0); err != nil || b.HighWatermark != 3 {
+				t.Fatalf("destination end %d (%v) after a batch and markers, want 3", b.HighWatermark, err)
+			}
+		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -286,4 +287,48 @@ func transientNetErr(err error) bool {
 	}
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// Metric sums the samples of metric name that the agent serves at
+// /metrics, over all their labels; ok is false when it serves none.
+func (c *Client) Metric(ctx context.Context, name string) (sum float64, ok bool, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+"/metrics", nil)
+	if err != nil {
+		return 0, false, fmt.Errorf("reading the agent's metrics: %w", err)
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, false, fmt.Errorf("reading the agent's metrics at %s: %w", c.BaseURL, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, false, fmt.Errorf("reading the agent's metrics at %s: %s", c.BaseURL, resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, false, fmt.Errorf("reading the agent's metrics at %s: %w", c.BaseURL, err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		rest, found := strings.CutPrefix(line, name)
+		if !found || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		f := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return 0, false, fmt.Errorf("reading the agent's metrics at %s: %q: %w", c.BaseURL, line, err)
+		}
+		sum, ok = sum+v, true
+	}
+	return sum, ok, nil
 }

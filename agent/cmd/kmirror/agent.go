@@ -208,7 +208,7 @@ func runAgent(ctx context.Context, args []string) error {
 	if srv == nil {
 		srv = api.New(api.Options{Logger: log.Named("api")}) // no listener: nobody calls it
 	}
-	run := &agentRun{cfg: cfg, dstOpts: dstOpts, box: box, log: log, srv: srv, collector: collector}
+	run := &agentRun{cfg: cfg, dstOpts: dstOpts, box: box, log: log, srv: srv, collector: collector, registry: registry}
 	if cfg.Mode() == config.CoordinationGroup {
 		return run.group(ctx, advertise)
 	}
@@ -373,6 +373,7 @@ func (r *agentRun) group(ctx context.Context, advertise string) error {
 	}
 	defer m.Close() // after every write of the mirrors returned (term)
 	r.owner = m
+	r.registry.MustRegister(groupMetrics(id, m)...)
 	// Filler markers are the one write the broker cannot refuse late (no
 	// sequence, no epoch): a request of them not answered well within the
 	// write grace is reset, so that none of it still arrives once the
@@ -552,6 +553,7 @@ type agentRun struct {
 	log       hclog.Logger
 	srv       *api.Server
 	collector *metrics.Collector
+	registry  *prometheus.Registry // the agent's series (metrics.Registry)
 	// standby says, on a standby, which agent is active (with a lease).
 	standby func() string
 	// fillers is the filler method of the current term (nil before the
@@ -687,6 +689,31 @@ func leaseMetrics(l *lease.Lease) []prometheus.Collector {
 			Help:        "The writer lease's epoch as this agent last read it; it grows by one at every takeover.",
 			ConstLabels: labels,
 		}, func() float64 { return float64(l.Status().Epoch) }),
+	}
+}
+
+// groupMetrics are the agents' group's series, as this agent sees it: its
+// generation, the items (mirror homes and partitions) it runs, and the
+// handoffs it made (each stops an item until its writes returned; many of
+// them outside joins and leaves mean the group keeps rebalancing).
+func groupMetrics(id string, m *membership.Member) []prometheus.Collector {
+	labels := prometheus.Labels{"agent_id": id}
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "kmirror_group_generation",
+			Help:        "The generation of the agents' group this agent was last assigned in; it grows at every rebalance.",
+			ConstLabels: labels,
+		}, func() float64 { return float64(m.View().Generation) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "kmirror_group_items",
+			Help:        "The mirror homes and partitions the agents' group gives this agent now.",
+			ConstLabels: labels,
+		}, func() float64 { return float64(len(m.View().Items)) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "kmirror_group_handoffs_total",
+			Help:        "Mirror homes and partitions this agent stopped and handed on to another agent of its group, each once every write of it returned.",
+			ConstLabels: labels,
+		}, func() float64 { return float64(m.HandedOn()) }),
 	}
 }
 
