@@ -21,6 +21,7 @@ import (
 	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 	"github.com/kmirror/kmirror/internal/mirrorspec"
+	"github.com/kmirror/kmirror/internal/reason"
 	"github.com/kmirror/kmirror/internal/verify"
 )
 
@@ -98,6 +99,9 @@ func running(agents []*groupAgent) map[string][]string {
 			}
 			for _, t := range m.Topics {
 				for _, p := range t.Partitions {
+					if p.ReasonCode == reason.AwaitingPlacement {
+						continue // held back by its home, run nowhere yet
+					}
 					k := fmt.Sprintf("%s/%s/%d", m.Name, t.Name, p.Partition)
 					out[k] = append(out[k], a.id)
 				}
@@ -105,6 +109,73 @@ func running(agents []*groupAgent) map[string][]string {
 		}
 	}
 	return out
+}
+
+// onlyOne watches, until stop, that no partition runs on two agents at once
+// (in the describe of each agent watched), and reports any that did: a
+// write of two agents with the mirror's one producer id and the same
+// sequences would pass verify, so only this sees it.
+type onlyOne struct {
+	mu      sync.Mutex
+	agents  []*groupAgent
+	twice   []string
+	samples int
+	done    chan struct{}
+	once    sync.Once
+	stopped chan struct{}
+}
+
+func watchOnlyOne(agents ...*groupAgent) *onlyOne {
+	o := &onlyOne{agents: agents, done: make(chan struct{}), stopped: make(chan struct{})}
+	go func() {
+		defer close(o.stopped)
+		for {
+			select {
+			case <-o.done:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			o.mu.Lock()
+			watched := slices.Clone(o.agents)
+			o.mu.Unlock()
+			var twice []string
+			for k, who := range running(watched) {
+				if strings.Contains(k, "/") && len(who) > 1 {
+					twice = append(twice, fmt.Sprintf("%s on %v at %s", k, who, time.Now().Format("15:04:05.000")))
+				}
+			}
+			o.mu.Lock()
+			o.samples++
+			o.twice = append(o.twice, twice...)
+			o.mu.Unlock()
+		}
+	}()
+	return o
+}
+
+// set changes the agents watched: one that stops is left out before it
+// stops (a stopped coordinator still describes what it ran).
+func (o *onlyOne) set(agents ...*groupAgent) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.agents = agents
+}
+
+// end ends the watch.
+func (o *onlyOne) end() {
+	o.once.Do(func() { close(o.done) })
+	<-o.stopped
+}
+
+// stop ends the watch and fails t if a partition ran on two agents.
+func (o *onlyOne) stop(t *testing.T) {
+	t.Helper()
+	o.end()
+	if len(o.twice) > 0 {
+		t.Errorf("partitions ran on two agents at once (%d of %d samples): %v", len(o.twice), o.samples, o.twice[:min(len(o.twice), 5)])
+	} else {
+		t.Logf("no partition ran on two agents at once in %d samples", o.samples)
+	}
 }
 
 // TestGroupMode: three agents share four mirrors of two partitions each:
@@ -171,6 +242,8 @@ func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	watch := watchOnlyOne(agents...)
+	t.Cleanup(watch.end)
 	created := time.Now()
 	for i, tp := range topics {
 		spec := mirrorspec.Spec{Name: fmt.Sprintf("m%d", i), Source: mirrorspec.Source{BootstrapServers: src.Bootstrap()}, Topics: []string{tp}}
@@ -314,15 +387,16 @@ func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
 	}
 	slices.Sort(moved)
 	produce(1, 200)
-	stopped := time.Now()
-	victim.stop()
-	produce(2, 200)
 	var alive []*groupAgent
 	for _, a := range agents {
 		if a != victim {
 			alive = append(alive, a)
 		}
 	}
+	watch.set(alive...)
+	stopped := time.Now()
+	victim.stop()
+	produce(2, 200)
 	after := waitRunning(alive)
 	took := time.Since(stopped)
 	for _, name := range moved {
@@ -369,6 +443,7 @@ func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
 	crashed := alive[0]
 	survivor := alive[1]
 	produce(3, 200)
+	watch.set(survivor)
 	crashedAt := time.Now()
 	crashed.co.Stop()
 	crashed.member.Abandon()
@@ -386,6 +461,7 @@ func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
 	// partitions' records, so only partitions move (8 partitions and 4
 	// homes of weight 1: 6 partitions go, 2 stay beside the homes).
 	joined := startGroupAgent(t, dstOpts, group, "agent-3")
+	watch.set(survivor, joined)
 	joinedAt := time.Now()
 	produce(5, 200)
 	var split map[string][]string
@@ -547,4 +623,5 @@ func testGroupMode(t *testing.T, engine devcluster.EngineKind) {
 		t.Errorf("the destination topic of deleted %s: %v %v", deleted, err, ends.Error())
 	}
 	t.Logf("%s deleted on its home %s (its partitions spread over two agents: %v)", deleted, home.id, wasSpread)
+	watch.stop(t)
 }

@@ -53,6 +53,7 @@ type Runner struct {
 	topicErrs     map[string]string      // why a topic is not mirrored
 	topicErrCodes map[string]reason.Code // the codes of topicErrs that have one
 	parts         map[fetcher.TP]*runningPartition
+	held          map[fetcher.TP]bool // partitions the home holds back (holdBack)
 
 	conn      *connection // the source connection (source.go)
 	life      *lifecycle  // lifecycle operations and promotes (lifecycle.go, promote.go)
@@ -278,6 +279,18 @@ func (m *Runner) Status() mirrorapi.Mirror {
 		ts.Partitions = append(ts.Partitions, ps)
 		st.StateCounts[ps.State]++
 		st.MaxLag = max(st.MaxLag, ps.Lag)
+	}
+	for tp := range m.held {
+		ts, ok := byTopic[tp.Topic]
+		if _, runs := m.parts[tp]; runs || !ok {
+			continue
+		}
+		if m.shared.view.Load().listed(tp) {
+			delete(m.held, tp) // placed: its agent describes it
+			continue
+		}
+		ts.Partitions = append(ts.Partitions, heldStatus(m.spec.Name, tp))
+		st.StateCounts[partition.Initializing]++
 	}
 	for _, t := range m.spec.Topics {
 		ts := byTopic[t]

@@ -33,6 +33,8 @@ import (
 
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/partition"
+	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/reason"
 )
 
 // shared is a runner's share of its mirror; nil runs all of it.
@@ -131,7 +133,11 @@ func (m *Runner) holdBack(ctx context.Context, tp fetcher.TP) bool {
 		return false
 	}
 	key := PartitionKey(m.rec.Spec.Name, tp)
-	if _, ok := m.cfg.Store.Get(key); ok {
+	var pr partitionRecord
+	if ReadRecord(m.cfg.Store, key, &pr) {
+		if pr.Unplaced {
+			m.hold(tp)
+		}
 		return true
 	}
 	if !v.place {
@@ -140,7 +146,26 @@ func (m *Runner) holdBack(ctx context.Context, tp fetcher.TP) bool {
 	if err := WriteRecord(ctx, m.cfg.Store, key, partitionRecord{State: partition.Initializing, LastMirroredOffset: -1, Unplaced: true}); err != nil && ctx.Err() == nil {
 		m.log.Warn("holding a new partition back for the agents' group to place: writing its record failed; the next look tries again", "partition", tp.String(), "error", err)
 	}
+	m.hold(tp)
 	return true
+}
+
+// hold has describe show tp, held back, until it is placed (Status).
+func (m *Runner) hold(tp fetcher.TP) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.held == nil {
+		m.held = map[fetcher.TP]bool{}
+	}
+	m.held[tp] = true
+}
+
+// heldStatus is how describe shows a partition held back: INITIALIZING,
+// until the group places it and its agent starts it.
+func heldStatus(name string, tp fetcher.TP) partition.Status {
+	why := reason.New(reason.AwaitingPlacement, "new partition: waiting for the agents' group to place it on an agent")
+	return partition.Status{Mirror: name, Topic: tp.Topic, Partition: tp.Partition, State: partition.Initializing,
+		Reason: why.Message, ReasonCode: why.Code, LastMirrored: -1, Lag: mirrorapi.LagUnknown}
 }
 
 // Given says whether the runner has tp as a partition given to its agent

@@ -105,6 +105,9 @@ const (
 	// re-aligns with the source (or mirrors a recreated destination topic
 	// from the source's log start).
 	Recovering Code = "RECOVERING"
+	// AwaitingPlacement: a new partition waits for the agents' group to
+	// place it on an agent (INITIALIZING, described by its mirror's home).
+	AwaitingPlacement Code = "AWAITING_PLACEMENT"
 	// PromoteInProgress: a promote waits for lag 0 before it stops the
 	// partition.
 	PromoteInProgress Code = "PROMOTE_IN_PROGRESS"
@@ -136,7 +139,7 @@ var known = []Code{
 	DestinationLostRecords, DestinationAhead,
 	SourceTopicRecreated, SourceTopicRecreatedRealignFailed, DestinationTopicRecreated, RealignFailed,
 	DuplicateMarker, MarkersRefused, DestinationRefused, KeylessRecordRefused, SequenceLasting, SourceBatchInvalid, BatchRewriteFailed,
-	HangingTransaction, SequenceRetrying, RetentionLoss, Aligning, Resuming, Recovering,
+	HangingTransaction, SequenceRetrying, RetentionLoss, Aligning, Resuming, Recovering, AwaitingPlacement,
 	PromoteInProgress, PromoteTimedOut, FailoverInProgress, StopTimedOut, SourceNotFenced,
 	SourceTopicMissing, DestinationHasMorePartitions,
 }
