@@ -201,6 +201,7 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 			released[k] = true
 		}
 	}
+	guessed := guessUnmeasured(weights, homeOf, members)
 	load := make([]int64, len(members))
 	mine := make([][]string, len(members))
 	moving := false
@@ -390,7 +391,7 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 	}
 	measured := map[string]int64{}
 	for k, w := range weights {
-		if w > 1 {
+		if w > 1 && !guessed[k] {
 			measured[k] = w
 		}
 	}
@@ -400,6 +401,45 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 		out[m.id] = assignment{Version: 1, Items: mine[i], Orphans: orphans[i], Rejoin: moving, Members: loads, Owners: owners, Weights: measured, History: next, Complete: complete}
 	}
 	return out
+}
+
+// guessUnmeasured gives each item with a home that no member measured yet
+// (a new partition, placed or not) the mean weight of those measured: at
+// 1 beside byte rates, every new partition would go to the least loaded
+// member, and move again once measured. Measured are the weights members
+// told back (PreviousWeights) and report for what they own (Weight above
+// 0; an idle item measures 1).
+// It returns the items it guessed, whose weights are not told back as
+// measured.
+func guessUnmeasured(weights map[string]int64, homeOf map[string]string, members []joined) (guessed map[string]bool) {
+	measured := map[string]bool{}
+	for k := range previousWeights(members) {
+		measured[k] = true
+	}
+	for _, m := range members {
+		for _, it := range m.meta.Owned {
+			if it.Weight > 0 {
+				measured[it.Key] = true
+			}
+		}
+	}
+	var sum, n int64
+	for k := range measured {
+		if _, ok := homeOf[k]; ok && weights[k] > 1 {
+			sum, n = sum+weights[k], n+1
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	guessed = map[string]bool{}
+	for k := range homeOf {
+		if !measured[k] {
+			weights[k] = sum / n
+			guessed[k] = true
+		}
+	}
+	return guessed
 }
 
 // fixedItems are the items balancing never moves: homes that have items,

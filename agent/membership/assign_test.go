@@ -353,6 +353,26 @@ func TestAssign(t *testing.T) {
 		want:    map[string][]string{"m-a": {"mirror/a", "p/a/1"}, "m-b": {"p/a/0"}},
 		orphans: map[string][]string{"m-a": {"p/a/1"}, "m-b": {"p/a/0"}},
 	}, {
+		name:  "new partitions weigh what measured ones do on average: spread over members of unequal load",
+		items: append([]Item{{Key: "mirror/x"}, {Key: "p/x/0", Home: "mirror/x"}, {Key: "p/x/1", Home: "mirror/x"}}, unplaced(homed(false, 4))...),
+		gen:   5,
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Version: 2, Agent: "a", Process: "pa", Previous: []MemberLoad{{Agent: "a", Process: "pa"}, {Agent: "b", Process: "pb"}}, PreviousGen: 4,
+				PreviousHistory: map[string]Process{"mirror/x": {"a", "pa"}, "p/x/0": {"a", "pa"}, "p/x/1": {"b", "pb"}, "mirror/a": {"b", "pb"}}, PreviousComplete: true,
+				Owned: []Item{{Key: "mirror/x"}, {Key: "p/x/0", Weight: 1000}}}},
+			{id: "m-b", meta: memberMeta{Version: 2, Agent: "b", Process: "pb", Owned: []Item{{Key: "mirror/a"}, {Key: "p/x/1", Weight: 900}}}},
+		},
+		want: map[string][]string{"m-a": {"mirror/x", "p/a/1", "p/a/3", "p/x/0"}, "m-b": {"mirror/a", "p/a/0", "p/a/2", "p/x/1"}},
+	}, {
+		name:  "the next round: new partitions not measured yet keep the guess, and nothing moves",
+		items: append([]Item{{Key: "mirror/x"}, {Key: "p/x/0", Home: "mirror/x"}, {Key: "p/x/1", Home: "mirror/x"}}, homed(false, 4)...),
+		gen:   6,
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Version: 2, Agent: "a", Process: "pa", Owned: []Item{{Key: "mirror/x"}, {Key: "p/x/0", Weight: 1000}, {Key: "p/a/1"}, {Key: "p/a/3"}}}},
+			{id: "m-b", meta: memberMeta{Version: 2, Agent: "b", Process: "pb", Owned: []Item{{Key: "mirror/a"}, {Key: "p/x/1", Weight: 900}, {Key: "p/a/0"}, {Key: "p/a/2"}}}},
+		},
+		want: map[string][]string{"m-a": {"mirror/x", "p/a/1", "p/a/3", "p/x/0"}, "m-b": {"mirror/a", "p/a/0", "p/a/2", "p/x/1"}},
+	}, {
 		name:  "revoked items are moving: told to every member, so the next generation knows them",
 		items: items(4),
 		gen:   3,
@@ -469,5 +489,28 @@ func TestAssignWeightsTravel(t *testing.T) {
 	}, 9)
 	if w := got["m-c"].Weights["t/01"]; w != 40 {
 		t.Errorf("t/01 weighs %d after its owner measured 40", w)
+	}
+}
+
+// TestAssignGuessIsNotMeasured: the weight guessed for a new partition is
+// not told back as a measured one (the members' next PreviousWeights),
+// while measured weights are.
+func TestAssignGuessIsNotMeasured(t *testing.T) {
+	items := append([]Item{{Key: "mirror/x"}, {Key: "p/x/0", Home: "mirror/x"}}, unplaced(homed(false, 1))...)
+	members := []joined{
+		{id: "m-a", meta: memberMeta{Version: 2, Agent: "a", Owned: []Item{{Key: "mirror/x"}, {Key: "p/x/0", Weight: 1000}, {Key: "mirror/a"}}}},
+		{id: "m-b", meta: memberMeta{Version: 2, Agent: "b"}},
+	}
+	got := assign(items, members, 3)
+	for id, a := range got {
+		if w, ok := a.Weights["p/a/0"]; ok {
+			t.Errorf("%s: the guessed weight of p/a/0 (%d) is told back as measured", id, w)
+		}
+		if a.Weights["p/x/0"] != 1000 {
+			t.Errorf("%s: measured weights %v, want p/x/0's 1000", id, a.Weights)
+		}
+	}
+	if !slices.Contains(got["m-b"].Items, "p/a/0") {
+		t.Errorf("p/a/0, guessed at 1000, went to %v, want the member without load", got)
 	}
 }
