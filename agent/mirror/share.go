@@ -133,9 +133,8 @@ func (m *Runner) holdBack(ctx context.Context, tp fetcher.TP) bool {
 		return false
 	}
 	key := PartitionKey(m.rec.Spec.Name, tp)
-	var pr partitionRecord
-	if ReadRecord(m.cfg.Store, key, &pr) {
-		if pr.Unplaced {
+	if v, ok := m.cfg.Store.Get(key); ok {
+		if _, unplaced := Placement(v); unplaced {
 			m.hold(tp)
 		}
 		return true

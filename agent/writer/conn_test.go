@@ -90,6 +90,25 @@ func (r *relay) forward(out, in net.Conn) error {
 	}
 }
 
+// waitReset waits up to 5 s for a client side to end with a reset, and
+// fails t if one ended with a graceful close (EOF) or none was reset.
+func (r *relay) waitReset(t *testing.T) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		reset := false
+		for _, e := range r.endings() {
+			reset = reset || errors.Is(e, syscall.ECONNRESET)
+			if errors.Is(e, io.EOF) {
+				t.Fatalf("a connection of the writer ended with a graceful close (EOF), not a reset")
+			}
+		}
+		if reset {
+			return
+		}
+	}
+	t.Fatalf("no connection ended with a reset; endings %v", r.endings())
+}
+
 // hold makes the relay keep what clients send from now on (true), or pass
 // it on again.
 func (r *relay) hold(on bool) {
@@ -173,18 +192,7 @@ func TestMarkersDeadlineResetsTheConnection(t *testing.T) {
 	}
 	// The relay sees the writer's connection end; the reset is what the
 	// client side reads.
-	var reset bool
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end) && !reset; time.Sleep(10 * time.Millisecond) {
-		for _, e := range r.endings() {
-			reset = reset || errors.Is(e, syscall.ECONNRESET)
-			if errors.Is(e, io.EOF) {
-				t.Fatalf("a connection of the writer ended with a graceful close (EOF), not a reset")
-			}
-		}
-	}
-	if !reset {
-		t.Fatalf("no connection ended with a reset; endings %v", r.endings())
-	}
+	r.waitReset(t)
 	close(release)
 	// A new connection: the partition writes again. The held markers
 	// reached the broker before the reset and are applied once released
@@ -256,18 +264,7 @@ func TestMarkersHeldInTheNetwork(t *testing.T) {
 			if took < deadline {
 				t.Errorf("held markers failed after %v, before the deadline %v", took, deadline)
 			}
-			var reset bool
-			for end := time.Now().Add(5 * time.Second); time.Now().Before(end) && !reset; time.Sleep(10 * time.Millisecond) {
-				for _, e := range r.endings() {
-					reset = reset || errors.Is(e, syscall.ECONNRESET)
-					if errors.Is(e, io.EOF) {
-						t.Fatalf("a connection of the writer ended with a graceful close (EOF), not a reset")
-					}
-				}
-			}
-			if !reset {
-				t.Fatalf("no connection ended with a reset; endings %v", r.endings())
-			}
+			r.waitReset(t)
 			if r.droppedBytes() == 0 {
 				t.Fatal("the reset connection had nothing held: the markers were not held in the relay")
 			}

@@ -229,27 +229,39 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	}
 }
 
+// request is a request to the agent's path, with the token.
+func (c *Client) request(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	return req, nil
+}
+
+func (c *Client) httpClient() *http.Client {
+	if c.HTTP == nil {
+		return http.DefaultClient
+	}
+	return c.HTTP
+}
+
 // once makes one call; transient says whether a retry may succeed.
 func (c *Client) once(ctx context.Context, method, path string, body []byte, out any) (transient bool, err error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, rd)
+	req, err := c.request(ctx, method, path, rd)
 	if err != nil {
 		return false, fmt.Errorf("calling the agent: %w", err)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
+	resp, err := c.httpClient().Do(req)
 	if err != nil {
 		return transientNetErr(err), fmt.Errorf("calling the agent at %s: %w (is `kmirror agent` running there? set KMIRROR_ADDR or --agent)", c.BaseURL, err)
 	}
@@ -292,18 +304,11 @@ func transientNetErr(err error) bool {
 // Metric sums the samples of metric name that the agent serves at
 // /metrics, over all their labels; ok is false when it serves none.
 func (c *Client) Metric(ctx context.Context, name string) (sum float64, ok bool, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+"/metrics", nil)
+	req, err := c.request(ctx, http.MethodGet, "/metrics", nil)
 	if err != nil {
 		return 0, false, fmt.Errorf("reading the agent's metrics: %w", err)
 	}
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
+	resp, err := c.httpClient().Do(req)
 	if err != nil {
 		return 0, false, fmt.Errorf("reading the agent's metrics at %s: %w", c.BaseURL, err)
 	}
