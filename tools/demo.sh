@@ -17,7 +17,8 @@ esac
 mkdir -p "$WORK"
 rm -f "$WORK"/*.log "$WORK"/pids
 
-step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+# step TEXT: a heading, with the seconds since the demo started (bash's SECONDS).
+step() { printf '\n\033[1m==> %s\033[0m (%ds)\n' "$*" "$SECONDS"; }
 pids=()
 cleanup() {
   local rc=$?

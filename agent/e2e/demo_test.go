@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,10 +33,29 @@ func TestDemo(t *testing.T) {
 
 func testDemo(t *testing.T, e engine) {
 	root := moduleRoot(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	// The script waits up to 300 s for a Kafka cluster to start and then
+	// prints the broker's log; the test's deadline is later, so a slow start
+	// fails with the script's own message rather than a kill.
+	limit := 4 * time.Minute
+	if e.kind == devcluster.Kafka {
+		limit = 8 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "tools", "demo.sh"))
 	cmd.Dir = root
+	// The script runs in a process group of its own. At the deadline the
+	// whole group gets SIGTERM, so the script's exit trap stops the clusters
+	// and the agent it started; a SIGKILL of bash alone would leave them
+	// running, holding their ports.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
+	t.Cleanup(func() {
+		if cmd.Process != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // whatever ignored SIGTERM
+		}
+	})
 	// Real brokers start slower and take the producers' first records
 	// later: a longer watch leaves every partition the records the
 	// checks below read at offset 500.
@@ -45,7 +66,7 @@ func testDemo(t *testing.T, e engine) {
 	cmd.Env = append(os.Environ(), "DEMO_SECONDS="+watch, "KMIRROR_ENGINE="+string(e.kind), "KMIRROR_KAFKA_VERSION="+e.version)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("demo failed: %v\n%s", err, out)
+		t.Fatalf("demo failed: %v\n%s%s", err, out, demoLogTails(root))
 	}
 	text := string(out)
 	for _, want := range []string{
@@ -96,6 +117,23 @@ func testDemo(t *testing.T, e engine) {
 	if _, err := os.Stat(filepath.Join(root, ".work", "demo", "pids")); !os.IsNotExist(err) {
 		t.Errorf("the demo left its pid file behind (processes not cleaned up?): %v", err)
 	}
+}
+
+// demoLogTails returns the last lines of every log the demo wrote, for a
+// failure that the script's output alone does not explain.
+func demoLogTails(root string) string {
+	logs, _ := filepath.Glob(filepath.Join(root, ".work", "demo", "*.log"))
+	var b strings.Builder
+	for _, l := range logs {
+		data, err := os.ReadFile(l)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		lines = lines[max(0, len(lines)-15):]
+		fmt.Fprintf(&b, "\n--- %s (last %d lines)\n%s\n", filepath.Base(l), len(lines), strings.Join(lines, "\n"))
+	}
+	return b.String()
 }
 
 func moduleRoot(t *testing.T) string {

@@ -130,6 +130,23 @@ func (r *relay) endings() []error {
 	return append([]error(nil), r.ended...)
 }
 
+// relayedWriter is a writer to c whose connections go through a relay, with
+// markers deadline deadline, and a one-partition topic "d" on c.
+func relayedWriter(t *testing.T, c *devcluster.Cluster, deadline time.Duration) (*relay, *Writer) {
+	t.Helper()
+	r := &relay{}
+	cl, err := kgo.NewClient(ClientOpts([]kgo.Opt{kgo.SeedBrokers(c.Bootstrap()...), kgo.Dialer(r.dial)})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	w := New(cl, leaders.New(cl))
+	w.SetMarkersDeadline(deadline)
+	f := &fixture{c: c, cl: cl, w: w, adm: kadm.NewClient(cl)}
+	f.topic(t, "d", 1)
+	return r, w
+}
+
 // TestMarkersDeadlineResetsTheConnection: filler markers the broker does
 // not answer within the writer's markers deadline fail with an error
 // saying so, long before the connection's own timeout, and their
@@ -139,17 +156,8 @@ func (r *relay) endings() []error {
 // partition over). The next write goes over a new connection.
 func TestMarkersDeadlineResetsTheConnection(t *testing.T) {
 	c := devclustertest.Start(t)
-	r := &relay{}
-	cl, err := kgo.NewClient(ClientOpts([]kgo.Opt{kgo.SeedBrokers(c.Bootstrap()...), kgo.Dialer(r.dial)})...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	w := New(cl, leaders.New(cl))
 	const deadline = 300 * time.Millisecond
-	w.SetMarkersDeadline(deadline)
-	f := &fixture{c: c, cl: cl, w: w, adm: kadm.NewClient(cl)}
-	f.topic(t, "d", 1)
+	r, w := relayedWriter(t, c, deadline)
 	ctx := context.Background()
 
 	kc := c.Kfake()
@@ -228,18 +236,8 @@ func TestMarkersDeadlineResetsTheConnection(t *testing.T) {
 func TestMarkersHeldInTheNetwork(t *testing.T) {
 	for _, engine := range []devcluster.EngineKind{devcluster.Embedded, devcluster.Kafka} {
 		t.Run(string(engine), func(t *testing.T) {
-			c := devclustertest.Start(t, devcluster.Engine(engine))
-			r := &relay{}
-			cl, err := kgo.NewClient(ClientOpts([]kgo.Opt{kgo.SeedBrokers(c.Bootstrap()...), kgo.Dialer(r.dial)})...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(cl.Close)
-			w := New(cl, leaders.New(cl))
 			const deadline = 500 * time.Millisecond
-			w.SetMarkersDeadline(deadline)
-			f := &fixture{c: c, cl: cl, w: w, adm: kadm.NewClient(cl)}
-			f.topic(t, "d", 1)
+			r, w := relayedWriter(t, devclustertest.Start(t, devcluster.Engine(engine)), deadline)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			pid, epoch, err := w.InitProducerID(ctx)
