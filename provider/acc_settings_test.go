@@ -107,7 +107,7 @@ func TestAccClusterMirror_settings(t *testing.T) {
 					resource.TestCheckResourceAttr("data.kafka_cluster_mirrors.all", "mirrors.0.acl_include.1", "GROUP;app-.*;READ"),
 					resource.TestCheckResourceAttr("data.kafka_cluster_mirrors.all", "mirrors.0.topic_regex.0", `events\..*`),
 					resource.TestCheckResourceAttr("data.kafka_cluster_mirror.dr", "source_cluster_id", "src"),
-					// The writer lease's agent runs every mirror: no agent named.
+					// An agent alone (no group) runs every mirror: no agent named.
 					resource.TestCheckResourceAttr(mirror, "agent", ""),
 					resource.TestCheckResourceAttr("data.kafka_cluster_mirror.dr", "agent", ""),
 				),

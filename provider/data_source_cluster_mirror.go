@@ -83,7 +83,7 @@ func mirrorComputedAttributes() map[string]schema.Attribute {
 		"error":        schema.StringAttribute{Computed: true, Description: "Why the mirror is not running, empty when it runs."},
 
 		"source_cluster_id": schema.StringAttribute{Computed: true, Description: "The source cluster's id, from its metadata when the agent last connected to it; empty until it has."},
-		"agent":             schema.StringAttribute{Computed: true, Description: "The `agent_id` of the agent that runs the mirror when the agents form a group (`coordination = \"group\"`); empty with the writer lease, where the active agent runs every mirror."},
+		"agent":             schema.StringAttribute{Computed: true, Description: "The `agent_id` of the agent that runs the mirror when the agents form a group (`coordination = \"group\"`); empty with `coordination = \"single\"`, where the one agent runs every mirror."},
 		attrTopicConfigExclude: schema.ListAttribute{Computed: true, ElementType: types.StringType,
 			Description: "Source topic config keys not copied (KIP-1279 `mirror.topic.properties.exclude`), the KIP's default list unless set."},
 		attrGroupsInclude: schema.ListAttribute{Computed: true, ElementType: types.StringType,

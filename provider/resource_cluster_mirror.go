@@ -103,7 +103,7 @@ func (r *clusterMirrorResource) Schema(_ context.Context, _ resource.SchemaReque
 			},
 			"agent": schema.StringAttribute{
 				Computed:    true,
-				Description: "The `agent_id` of the agent that runs the mirror when the agents form a group (`coordination = \"group\"`); empty with the writer lease, where the active agent runs every mirror.",
+				Description: "The `agent_id` of the agent that runs the mirror when the agents form a group (`coordination = \"group\"`); empty with `coordination = \"single\"`, where the one agent runs every mirror.",
 			},
 		},
 	}

@@ -85,7 +85,7 @@ func topicFiguresDescriptions() (partitions, maxLag, reason, readOnly string) {
 			"`state` (`initializing`, `preparing`, `mirroring`, `paused`, `stopping`, `stopped` or `failed`), " +
 			"`stop_mode` (`failover` or `promote` for a stopping or stopped partition, else empty), " +
 			"`last_mirrored_offset` (-1 when none is; after a stop, the final offset) and " +
-			"`agent` (the agent of the group that runs the partition with `coordination = \"group\"`; empty with the writer lease). Empty until the agent has read " +
+			"`agent` (the agent of the group that runs the partition with `coordination = \"group\"`; empty with `coordination = \"single\"`). Empty until the agent has read " +
 			"the source topic's metadata.",
 		"Largest partition lag of the topic, in records, when last read; null when some partition's lag is unknown (the agent has not read the source's end).",
 		"Why the topic or some of its partitions are not mirroring, or how its partitions' states differ; empty when there is nothing to say.",

@@ -201,7 +201,7 @@ func typesStringOrNull(s string) types.String {
 }
 
 // TestDescribedAgent: the resource and both data sources show the agent of
-// the group that runs the mirror, and nothing with the writer lease.
+// the group that runs the mirror, and nothing for an agent alone.
 func TestDescribedAgent(t *testing.T) {
 	for _, agent := range []string{"a1", ""} {
 		var model clusterMirrorModel

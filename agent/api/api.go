@@ -90,7 +90,8 @@ type Server struct {
 	log        hclog.Logger
 	backend    atomic.Pointer[Backend]
 	// standby, when set and no backend runs, says why this agent does not
-	// serve the API: it is a standby of the writer lease.
+	// serve the API yet: it waits for the writer lease's agents (an
+	// earlier release) to stop.
 	standby atomic.Pointer[func() string]
 	// agentStatus answers GET /v1/agent (SetAgentStatus).
 	agentStatus atomic.Pointer[func() mirrorapi.AgentStatus]
@@ -234,9 +235,8 @@ func (s *Server) SetBackend(b Backend) {
 	s.standby.Store(nil)
 }
 
-// SetAgentStatus makes GET /v1/agent answer status(), on the active agent
-// and on standbys. Without it the route answers role active once a backend
-// runs (an agent without a writer lease).
+// SetAgentStatus makes GET /v1/agent answer status(), also while the agent
+// waits. Without it the route answers role active once a backend runs.
 func (s *Server) SetAgentStatus(status func() mirrorapi.AgentStatus) { s.agentStatus.Store(&status) }
 
 func (s *Server) agent(_ Backend, w http.ResponseWriter, _ *http.Request) {
@@ -254,9 +254,9 @@ func (s *Server) agent(_ Backend, w http.ResponseWriter, _ *http.Request) {
 
 // SetStandby makes the server refuse /v1 calls with 503 NOT_ACTIVE and
 // answer /readyz with 503, both with why() (which names the active agent),
-// until SetBackend: the agent is a standby of the writer lease, or has just
-// lost it. State changes are not accepted on a standby: the caller sends
-// them to the active agent (the one whose /readyz answers 200).
+// until SetBackend: the agent waits for the writer lease's agents (an
+// earlier release) to stop. State changes are not accepted meanwhile: the
+// caller sends them to the agent that runs the mirrors.
 func (s *Server) SetStandby(why func() string) {
 	s.backend.Store(nil)
 	s.standby.Store(&why)

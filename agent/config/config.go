@@ -15,7 +15,7 @@ import (
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclparse"
 
-	"github.com/kmirror/kmirror/agent/lease"
+	"github.com/kmirror/kmirror/agent/membership"
 	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
@@ -57,23 +57,17 @@ type File struct {
 	// AgentID names this agent in the group (its static member id) or the
 	// writer lease, describe and logs (default HOSTNAME-PID).
 	AgentID string `hcl:"agent_id,optional"`
-	// LeaseDuration (deprecated, coordination = "lease") is the writer
-	// lease between agents sharing the destination and state topic (a Go
-	// duration, default "15s"): the active agent renews it every third
-	// of it and stops writing before it runs out; a standby takes over
-	// after it ran out, waiting it once more plus lease_request_timeout
-	// before writing. "0s" turns the lease off: only for a destination
-	// that exactly one agent ever writes to.
-	LeaseDuration string `hcl:"lease_duration,optional"`
-	// LeaseRequestTimeout is how long a write the previous holder issued
-	// may still be on its way (default "30s").
+	// LeaseDuration and LeaseRequestTimeout were the writer lease's
+	// settings; the lease was removed, and Check says what to set
+	// instead.
+	LeaseDuration       string `hcl:"lease_duration,optional"`
 	LeaseRequestTimeout string `hcl:"lease_request_timeout,optional"`
 	// Coordination is how the agents of one destination share it:
 	// "group" (the default: the agents form a group on the destination
-	// and divide the mirrors' partitions among them) or "lease"
-	// (deprecated: one agent writes, the others stand by). A config that
-	// sets lease_duration or lease_request_timeout and no coordination
-	// keeps the lease.
+	// and divide the mirrors' partitions among them) or "single" (this
+	// agent alone writes the destination and state topic, without a
+	// group: a restart writes at once, and nothing but the brokers'
+	// fencing guards against a second agent started by mistake).
 	Coordination string `hcl:"coordination,optional"`
 	// GroupSessionTimeout is the group's session timeout with
 	// coordination = "group" (default "10s"): the mirrors of an agent
@@ -196,38 +190,37 @@ func (f *File) Check() error {
 		return errors.New("client_ca_file: client certificates need TLS; give tls_cert_file and tls_key_file too")
 	}
 	if f.AgentID != "" {
-		if err := lease.CheckAgentID(f.AgentID); err != nil {
+		if err := membership.CheckAgentID(f.AgentID); err != nil {
 			return err
 		}
 	}
-	if f.LeaseDuration != "" {
-		d, err := time.ParseDuration(f.LeaseDuration)
-		if err != nil || (d != 0 && d < 300*time.Millisecond) {
-			return fmt.Errorf("lease_duration %q: use a duration of at least 300ms, such as \"15s\", or \"0s\" to run without a lease (one agent only)", f.LeaseDuration)
+	switch {
+	case f.LeaseDuration == "0s" || f.LeaseDuration == "0":
+		return errors.New(`lease_duration: the writer lease was removed; for one agent without a group (what lease_duration = "0s" was), set coordination = "single" instead`)
+	case f.LeaseDuration != "" || f.LeaseRequestTimeout != "" || f.Coordination == "lease":
+		field := "lease_duration"
+		switch {
+		case f.Coordination == "lease":
+			field = `coordination = "lease"`
+		case f.LeaseDuration == "":
+			field = "lease_request_timeout"
 		}
-	}
-	if f.LeaseRequestTimeout != "" {
-		d, err := time.ParseDuration(f.LeaseRequestTimeout)
-		if err != nil || d <= 0 {
-			return fmt.Errorf("lease_request_timeout %q: use a positive duration, such as \"30s\"", f.LeaseRequestTimeout)
-		}
+		return fmt.Errorf(`%s: the writer lease was removed; remove it, and the agents form a group on the destination (coordination = "group", the default), which moves the mirrors of the lease agents still running once they stop (deploy guide, "From the writer lease to a group")`, field)
 	}
 	switch f.Coordination {
-	case "", CoordinationLease:
-	case CoordinationGroup:
-		if f.LeaseDuration != "" || f.LeaseRequestTimeout != "" {
-			return errors.New(`lease_duration and lease_request_timeout: the writer lease is not used with coordination = "group"; remove them`)
-		}
+	case "":
+		f.Coordination = CoordinationGroup
+	case CoordinationGroup, CoordinationSingle:
 	default:
-		return fmt.Errorf("coordination %q: use group (the default: the agents divide the mirrors' partitions) or lease (deprecated: one agent writes, the others stand by)", f.Coordination)
+		return fmt.Errorf("coordination %q: use group (the default: the agents divide the mirrors' partitions) or single (one agent alone, no group)", f.Coordination)
 	}
 	if f.GroupSessionTimeout != "" {
 		d, err := time.ParseDuration(f.GroupSessionTimeout)
 		if err != nil || d < time.Second {
 			return fmt.Errorf("group_session_timeout %q: use a duration of at least 1s, such as \"10s\" (within the destination's group.min.session.timeout.ms and group.max.session.timeout.ms)", f.GroupSessionTimeout)
 		}
-		if f.Mode() != CoordinationGroup {
-			return errors.New(`group_session_timeout: it applies to coordination = "group" only; remove it or set coordination`)
+		if f.Coordination != CoordinationGroup {
+			return errors.New(`group_session_timeout: it applies to coordination = "group" only; remove it`)
 		}
 	}
 	if f.APIAdvertiseURL != "" {
@@ -261,8 +254,8 @@ func (f *File) Check() error {
 
 // The values of coordination.
 const (
-	CoordinationLease = "lease"
-	CoordinationGroup = "group"
+	CoordinationGroup  = "group"
+	CoordinationSingle = "single"
 )
 
 // SessionTimeout returns group_session_timeout (0 when unset: the
@@ -280,39 +273,10 @@ const (
 )
 
 // RefreshInterval returns metadata_refresh_interval as a duration (0 when
-// Mode is how the agent shares its destination (coordination): as set, or
-// by default the agents' group, unless the config sets the writer lease's
-// settings (lease_duration, lease_request_timeout, or --lease-duration):
-// a config written for the lease keeps it, so that an upgrade moves no
-// agent into a group unasked.
-func (f *File) Mode() string {
-	switch {
-	case f.Coordination != "":
-		return f.Coordination
-	case f.LeaseDuration != "" || f.LeaseRequestTimeout != "":
-		return CoordinationLease
-	}
-	return CoordinationGroup
-}
-
 // unset).
 func (f *File) RefreshInterval() time.Duration {
 	d, _ := time.ParseDuration(f.MetadataRefreshInterval)
 	return d
-}
-
-// Lease returns lease_duration (lease.DefaultDuration when unset, 0 when
-// the lease is off) and lease_request_timeout (lease.DefaultRequestTimeout
-// when unset).
-func (f *File) Lease() (duration, requestTimeout time.Duration) {
-	duration, requestTimeout = lease.DefaultDuration, lease.DefaultRequestTimeout
-	if f.LeaseDuration != "" {
-		duration, _ = time.ParseDuration(f.LeaseDuration)
-	}
-	if f.LeaseRequestTimeout != "" {
-		requestTimeout, _ = time.ParseDuration(f.LeaseRequestTimeout)
-	}
-	return duration, requestTimeout
 }
 
 // Spec returns the mirror as the coordinator takes it.

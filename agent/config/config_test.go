@@ -4,7 +4,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestMirrorSync: a mirror block takes the metadata sync settings, and a bad
@@ -140,39 +139,9 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
-// TestLeaseSettings: lease settings parse to durations, default when unset,
-// and bad values are refused naming the setting.
-func TestLeaseSettings(t *testing.T) {
-	for _, tc := range []struct {
-		name, hcl   string
-		duration    time.Duration
-		reqTimeout  time.Duration
-		errContains string
-	}{
-		{name: "defaults", duration: 15 * time.Second, reqTimeout: 30 * time.Second},
-		{name: "set", hcl: "lease_duration = \"2s\"\nlease_request_timeout = \"500ms\"\nagent_id = \"dr-1\"", duration: 2 * time.Second, reqTimeout: 500 * time.Millisecond},
-		{name: "off", hcl: `lease_duration = "0s"`, duration: 0, reqTimeout: 30 * time.Second},
-		{name: "too short", hcl: `lease_duration = "100ms"`, errContains: "lease_duration \"100ms\": use a duration of at least 300ms"},
-		{name: "not a duration", hcl: `lease_duration = "soon"`, errContains: "lease_duration \"soon\""},
-		{name: "bad request timeout", hcl: `lease_request_timeout = "-1s"`, errContains: "lease_request_timeout \"-1s\": use a positive duration"},
-		{name: "bad agent id", hcl: `agent_id = "a b"`, errContains: "agent_id \"a b\": use 1 to 200 letters"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f, err := Parse("agent.hcl", []byte(tc.hcl))
-			if tc.errContains != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.errContains) {
-					t.Fatalf("error %v, want one containing %q", err, tc.errContains)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			d, rt := f.Lease()
-			if d != tc.duration || rt != tc.reqTimeout {
-				t.Errorf("Lease() = %v, %v; want %v, %v", d, rt, tc.duration, tc.reqTimeout)
-			}
-		})
+func TestAgentID(t *testing.T) {
+	if _, err := Parse("agent.hcl", []byte(`agent_id = "a b"`)); err == nil || !strings.Contains(err.Error(), `agent_id "a b": use 1 to 200 letters`) {
+		t.Errorf("agent_id \"a b\": %v, want an error naming agent_id", err)
 	}
 }
 
@@ -195,21 +164,20 @@ func TestFillers(t *testing.T) {
 	}
 }
 
-// TestCoordination: the agents' group is the default; a config written for
-// the writer lease (a lease setting, no coordination) keeps the lease, so
-// that an upgrade moves no agent into a group unasked; settings of the
-// other mode are refused naming them.
+// TestCoordination: the agents' group is the default; the writer lease's
+// settings, removed, are refused saying what to set instead; settings of
+// the other mode are refused naming them.
 func TestCoordination(t *testing.T) {
 	for _, c := range []struct{ hcl, want, errContains string }{
 		{"", CoordinationGroup, ""},
 		{`group_session_timeout = "6s"`, CoordinationGroup, ""},
-		{`lease_duration = "15s"`, CoordinationLease, ""},
-		{`lease_duration = "0s"`, CoordinationLease, ""},
-		{`lease_request_timeout = "10s"`, CoordinationLease, ""},
-		{`coordination = "lease"`, CoordinationLease, ""},
-		{"coordination = \"group\"\nlease_duration = \"15s\"", "", "lease_duration and lease_request_timeout: the writer lease is not used with coordination = \"group\""},
-		{"lease_duration = \"15s\"\ngroup_session_timeout = \"6s\"", "", `group_session_timeout: it applies to coordination = "group" only`},
-		{`coordination = "leader"`, "", `coordination "leader": use`},
+		{`coordination = "single"`, CoordinationSingle, ""},
+		{`lease_duration = "15s"`, "", `lease_duration: the writer lease was removed; remove it, and the agents form a group`},
+		{`lease_duration = "0s"`, "", `lease_duration: the writer lease was removed; for one agent without a group (what lease_duration = "0s" was), set coordination = "single"`},
+		{`lease_request_timeout = "10s"`, "", `lease_request_timeout: the writer lease was removed; remove it`},
+		{`coordination = "lease"`, "", `coordination = "lease": the writer lease was removed; remove it`},
+		{"coordination = \"single\"\ngroup_session_timeout = \"6s\"", "", `group_session_timeout: it applies to coordination = "group" only`},
+		{`coordination = "leader"`, "", `coordination "leader": use group`},
 	} {
 		cfg, err := Parse("agent.hcl", []byte(c.hcl))
 		switch {
@@ -217,8 +185,8 @@ func TestCoordination(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), c.errContains) {
 				t.Errorf("%q: %v, want an error saying %q", c.hcl, err, c.errContains)
 			}
-		case err != nil || cfg.Mode() != c.want:
-			t.Errorf("%q: coordination %q, %v; want %q", c.hcl, cfg.Mode(), err, c.want)
+		case err != nil || cfg.Coordination != c.want:
+			t.Errorf("%q: coordination %q, %v; want %q", c.hcl, cfg.Coordination, err, c.want)
 		}
 	}
 }

@@ -71,12 +71,6 @@ type Config struct {
 	// starts; nil fences nothing, and promotes say so (see SourceFence;
 	// ACLSourceFence fences with a DENY WRITE ACL).
 	SourceFence SourceFence
-	// Gate, when set, is asked right before every write to the
-	// destination (produce, transaction requests, DeleteRecords, ACL
-	// changes, state records); an error refuses that write. The agent's
-	// writer lease (agent/lease, Term.Check) is the gate, so that an agent
-	// that lost the lease stops writing at once, whatever it was doing.
-	Gate func() error
 	// Owner, when set, divides the mirrors among the agents of the
 	// destination (group mode, group.go): the coordinator follows the
 	// state topic, runs only the mirrors the group gives it, and every
@@ -161,10 +155,8 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 		dst.Close()
 		return nil, err
 	}
-	store.SetGate(cfg.Gate)
 	dstAdm := kadm.NewClient(dst)
 	w := writer.New(dst, leaders.New(dst))
-	w.SetGate(cfg.Gate)
 	w.SetMarkersDeadline(cfg.MarkersDeadline)
 	c := &Coordinator{
 		cfg:      cfg,
@@ -177,7 +169,7 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 		stopped:  make(chan struct{}, 1),
 		// The agent's own writing client: Check produces through a
 		// DENY with it to learn whether the agent is a super user.
-		ro: mirror.NewReadOnly(readonly.New(dstAdm, readonly.WithClient(dst), readonly.WithGate(cfg.Gate)), cfg.Logger),
+		ro: mirror.NewReadOnly(readonly.New(dstAdm, readonly.WithClient(dst)), cfg.Logger),
 	}
 	c.runners = &mirror.Config{
 		Store: store, Destination: dst, DestinationOpts: cfg.Destination, Admin: dstAdm,
@@ -185,7 +177,7 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 		SourceOpts: c.sourceOpts, Registry: registry{c},
 		RefreshInterval: cfg.RefreshInterval, Fillers: cfg.Fillers, HangingTxnAfter: cfg.HangingTxnAfter,
 		StopTimeout: cfg.StopTimeout, PromoteTimeout: cfg.PromoteTimeout, SourceFence: cfg.SourceFence,
-		Gate: cfg.Gate, Logger: cfg.Logger,
+		Logger: cfg.Logger,
 	}
 	// Once per destination, at start; a check that does not conclude is
 	// retried at the mirrors' topic syncs.

@@ -41,16 +41,20 @@ type agentSetup struct {
 	Path   string // the HCL file, in a t.TempDir()
 	Listen string // the API address
 	Dir    string // where the config and the agents' logs live
+	// Bin is the kmirror binary the agent runs (default kmirrorBin):
+	// another release's, for an upgrade.
+	Bin string
 }
 
 // writeAgentConfig writes an agent config for dst and mirrors, with the API
 // on a free loopback port and debug logs (they go to files, see
-// startAgentProcess). The tests using it run one agent at a time, so the
-// writer lease is off: a restarted agent writes at once (lease_test.go runs
-// agents with a lease).
+// startAgentProcess). The tests using it run one agent at a time, alone
+// (coordination = "single"): a restarted agent writes at once, relying on
+// the brokers' fencing only, which is what they test. The group's tests
+// (group_test.go) run agents that wait out a session.
 func writeAgentConfig(t testing.TB, dst *devcluster.Cluster, mirrors ...agentMirror) agentSetup {
 	t.Helper()
-	return writeAgentConfigWith(t, dst, "lease_duration = \"0s\"\n", mirrors...)
+	return writeAgentConfigWith(t, dst, "coordination = \"single\"\n", mirrors...)
 }
 
 // writeAgentConfigWith is writeAgentConfig with extra top-level settings
@@ -100,7 +104,10 @@ type agentProcess struct {
 // is killed at the end of the test if it still runs.
 func startAgentProcess(t testing.TB, setup agentSetup, name string) *agentProcess {
 	t.Helper()
-	bin := kmirrorBin(t)
+	bin := setup.Bin
+	if bin == "" {
+		bin = kmirrorBin(t)
+	}
 	logPath := filepath.Join(setup.Dir, name+".log")
 	if dir := os.Getenv("KMIRROR_E2E_LOGDIR"); dir != "" {
 		// Kept after the test, for a look at a run that passed too.

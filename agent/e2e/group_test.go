@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/kmirror/kmirror/agent/api"
+	"github.com/kmirror/kmirror/internal/kmirrorbin"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 	"github.com/kmirror/kmirror/internal/workload"
 )
@@ -340,19 +341,20 @@ func running(ctx context.Context, agents map[string]*agentProcess, owner map[str
 	return true
 }
 
-// TestAgentGroupAndLeaseDoNotMix: agents of the writer lease and of a group
-// on one state topic would both write. Group agents started while a lease
+// TestUpgradeFromTheWriterLease: the move of running mirrors from agents of
+// the writer lease (kmirror at leaseRelease, built from this repository's
+// history) to this release's group, under load. This release refuses the
+// lease's config, saying what to set. Group agents started while a lease
 // agent renews the lease wait, without joining the group, and say so on
-// /readyz and /v1/agent; a lease agent refuses to start while the group has
-// members. That is the migration, under load: the group agents start, the
-// lease agent stops (releasing the lease), the waiting agents join and take
-// its mirrors on, and every topic is offset-identical to its source at the
-// end.
-func TestAgentGroupAndLeaseDoNotMix(t *testing.T) {
-	forEngines(t, testAgentGroupAndLeaseDoNotMix)
+// /readyz and /v1/agent (both would write otherwise); a lease agent refuses
+// to start while the group has members. The lease agent stops (releasing
+// the lease), the waiting agents join and take its mirrors on, and every
+// topic is offset-identical to its source at the end.
+func TestUpgradeFromTheWriterLease(t *testing.T) {
+	forEngines(t, testUpgradeFromTheWriterLease)
 }
 
-func testAgentGroupAndLeaseDoNotMix(t *testing.T, e engine) {
+func testUpgradeFromTheWriterLease(t *testing.T, e engine) {
 	p := newPairOn(t, e, pairOpts{})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -370,17 +372,25 @@ func testAgentGroupAndLeaseDoNotMix(t *testing.T, e engine) {
 	}
 	state := p.stateTopicHCL()
 	leaseCfg := writeAgentConfigWith(t, p.dst, state+fmt.Sprintf("agent_id = \"l\"\nlease_duration = %q\nlease_request_timeout = %q\n", e2eLease, e2eLeaseTimeout), ms...)
+	leaseCfg.Bin = kmirrorbin.AtCommit(t, leaseRelease)
 	groupCfg := func(id string) agentSetup {
 		return writeAgentConfigWith(t, p.dst, state+groupHCL(id), ms...)
 	}
 	refused := func(setup agentSetup, want string) {
 		t.Helper()
-		out, err := exec.CommandContext(ctx, kmirrorBin(t), "agent", "--config", setup.Path).CombinedOutput()
+		bin := setup.Bin
+		if bin == "" {
+			bin = kmirrorBin(t)
+		}
+		out, err := exec.CommandContext(ctx, bin, "agent", "--config", setup.Path).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), want) {
 			t.Fatalf("the agent did not refuse to start (%v), or not saying %q:\n%s", err, want, out)
 		}
 		t.Logf("refused: %s", lastLine(string(out)))
 	}
+
+	// This release refuses the lease agent's config.
+	refused(agentSetup{Path: leaseCfg.Path}, "lease_duration: the writer lease was removed; remove it, and the agents form a group")
 
 	stopProducing := runProducers(ctx, t, p.src, specs, 200, 50)
 	l := startAgentProcess(t, leaseCfg, "lease")
@@ -475,6 +485,48 @@ func testAgentGroupAndLeaseDoNotMix(t *testing.T, e engine) {
 		}
 	}
 }
+
+// waitActive polls the agents' /readyz until one other than old answers 200,
+// and returns its id and how long that took.
+func waitActive(ctx context.Context, t *testing.T, agents map[string]*agentProcess, old string, timeout time.Duration) (string, time.Duration) {
+	t.Helper()
+	began := time.Now()
+	deadline := time.After(timeout)
+	var last []string
+	for {
+		last = last[:0]
+		for id, a := range agents {
+			if id == old {
+				continue // killed, or frozen: it would not answer
+			}
+			code, body, err := a.Ready(time.Second)
+			if err == nil && code == http.StatusOK {
+				return id, time.Since(began)
+			}
+			last = append(last, fmt.Sprintf("agent %s: %d %q %v", id, code, body, err))
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for an active agent: %v (%s)", ctx.Err(), strings.Join(last, "; "))
+		case <-deadline:
+			t.Fatalf("no agent became active within %v: %s", timeout, strings.Join(last, "; "))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// leaseRelease is the last commit of kmirror with the writer lease: its
+// agents stand for a deployment of an earlier release in the tests of the
+// move to this one.
+const leaseRelease = "6d1917177e599b6cbde1ecc0c69764de4d35db4a"
+
+// The lease settings of leaseRelease's agents in these tests: short, so
+// that a test does not wait long for a lease to run out, and long enough
+// for a loaded machine to renew in time.
+const (
+	e2eLease        = 1500 * time.Millisecond
+	e2eLeaseTimeout = 500 * time.Millisecond
+)
 
 // groupSession is the group agents' session in these tests: the least a
 // broker accepts by default (group.min.session.timeout.ms).

@@ -631,7 +631,7 @@ func testKillRestartKafka(t *testing.T, e engine) {
 	}
 
 	ids := agentTxnIDs(topics, partitions)
-	setup := writeAgentConfigWith(t, p.dst, fmt.Sprintf("lease_duration = \"0s\"\nstate_topic = %q\n", p.stateTopic),
+	setup := writeAgentConfigWith(t, p.dst, fmt.Sprintf("coordination = \"single\"\nstate_topic = %q\n", p.stateTopic),
 		agentMirror{Name: mirrorName, Source: p.src, Topics: topics})
 	a := startAgentProcess(t, setup, "agent-00")
 	var leftOpen, waitedOpen int

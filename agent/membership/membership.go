@@ -67,9 +67,9 @@
 // owner then waits as long), and instead of leaving lets its session run
 // out.
 //
-// What the wait cannot stop is what the writer lease could not either
-// (agent/lease): a process frozen between its Check and its request
-// reaching the network sends that request when it resumes. For data the
+// What the wait cannot stop (nor could the writer lease of earlier
+// releases): a process frozen between its Check and its request reaching
+// the network sends that request when it resumes. For data the
 // broker deduplicates or refuses it (deterministic sequences, see the
 // design review's B13); a bumped producer epoch does not fence an
 // idempotent producer in time (review §1.4), so the data path does not

@@ -47,7 +47,6 @@ type Config struct {
 	PromoteTimeout  time.Duration
 	Fillers         partition.FillerMethod
 	SourceFence     SourceFence
-	Gate            func() error
 	Logger          hclog.Logger
 }
 
@@ -71,13 +70,8 @@ type Registry interface {
 	AddMatchedTopics(ctx context.Context, mirror string, matched []string) (added []string, err error)
 }
 
-// gate asks Config.Gate and ctx's checks (agent/writegate: the mirror's
-// owner) whether this agent may write now.
+// gate asks ctx's checks (agent/writegate: the mirror's owner) whether
+// this agent may write now.
 func (c *Config) gate(ctx context.Context) error {
-	if c.Gate != nil {
-		if err := c.Gate(); err != nil {
-			return err
-		}
-	}
 	return writegate.Check(ctx)
 }

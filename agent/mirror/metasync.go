@@ -136,9 +136,9 @@ func (m *Runner) syncLoop(ctx context.Context, kind metasync.Kind, run syncRun) 
 		spec := m.spec
 		m.mu.Unlock()
 		var res metasync.Result
-		// The writer lease (Config.Gate) is checked before every sync
-		// run, as before every other write: an agent that lost it, or
-		// was frozen past it, syncs nothing more.
+		// The mirror's owner is checked before every sync run, as
+		// before every other write: an agent that lost the mirror, or
+		// was frozen past its session, syncs nothing more.
 		err := m.cfg.gate(ctx)
 		if err == nil {
 			rctx, cancel := context.WithTimeout(ctx, syncTimeout)

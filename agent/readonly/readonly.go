@@ -54,28 +54,18 @@ type Option func(*Enforcer)
 // user.
 func WithClient(cl *kgo.Client) Option { return func(e *Enforcer) { e.cl = cl } }
 
-// WithGate makes the Enforcer ask gate before it creates or deletes an ACL
-// (Check's probe included) and fail with gate's error instead: the agent's
-// writer lease, so that an agent that lost it changes no ACL.
-func WithGate(gate func() error) Option { return func(e *Enforcer) { e.gate = gate } }
-
-// allowed asks the gate and ctx's checks (agent/writegate) whether this
-// agent may write now.
+// allowed asks ctx's checks (agent/writegate: the mirror's owner) whether
+// this agent may write now, before it creates or deletes an ACL (Check's
+// probe included).
 func (e *Enforcer) allowed(ctx context.Context) error {
-	if e.gate != nil {
-		if err := e.gate(); err != nil {
-			return err
-		}
-	}
 	return writegate.Check(ctx)
 }
 
 // Enforcer creates and removes the read-only ACLs of mirror topics. It is
 // safe for concurrent use.
 type Enforcer struct {
-	adm  *kadm.Client
-	cl   *kgo.Client
-	gate func() error
+	adm *kadm.Client
+	cl  *kgo.Client
 
 	mu      sync.Mutex
 	checked *Status // the last Check's result, nil before

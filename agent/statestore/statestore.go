@@ -51,16 +51,7 @@ type Store struct {
 	changed chan struct{}
 	// moved is closed, and replaced, whenever next moves.
 	moved chan struct{}
-
-	// gate, when set, is asked before every write (SetGate).
-	gate func() error
 }
-
-// SetGate makes Put ask gate before it writes and fail with gate's error
-// instead: the agent's writer lease, so that an agent that lost it does not
-// overwrite the state of the agent that holds it. Call it before the first
-// Put.
-func (s *Store) SetGate(gate func() error) { s.gate = gate }
 
 // Open creates the state topic when it is missing (one partition, compacted,
 // so that ordering per key is total and reads are cheap), reads it to its end
@@ -334,11 +325,6 @@ func (s *Store) All() map[string][]byte {
 // Put writes key=value to the state topic (acks=all) and then to memory; a
 // nil value deletes the key.
 func (s *Store) Put(ctx context.Context, key string, value []byte) error {
-	if s.gate != nil {
-		if err := s.gate(); err != nil {
-			return fmt.Errorf("writing %q to state topic %q: %w", key, s.topic, err)
-		}
-	}
 	if err := writegate.Check(ctx); err != nil {
 		return fmt.Errorf("writing %q to state topic %q: %w", key, s.topic, err)
 	}

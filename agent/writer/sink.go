@@ -398,7 +398,7 @@ func (s *sink) send(r *request) {
 		answer = failedCall(nil, err)
 	} else {
 		// Items of one mirror share its gate: each is asked once. Without
-		// gates (the writer lease), nothing is asked or allocated.
+		// gates (an agent alone), nothing is asked or allocated.
 		var asked map[*writegate.Gate]error
 		send := r.items
 		for i, p := range r.items {

@@ -73,20 +73,9 @@ type Writer struct {
 	laneUse  map[lane]int
 	closed   bool
 
-	// gate, when set, is asked right before every request that writes
-	// (SetGate).
-	gate func() error
 	// markersDeadline: SetMarkersDeadline.
 	markersDeadline time.Duration
 }
-
-// SetGate makes the writer ask gate right before it sends any request that
-// writes to the destination (produce, transaction requests, markers,
-// DeleteRecords, producer ids), and fail that write with gate's error
-// instead of sending it. The agent's writer lease (agent/lease) is the
-// gate: an agent that may no longer write stops at its next request, even
-// one already queued. Call it before the first write.
-func (w *Writer) SetGate(gate func() error) { w.gate = gate }
 
 // SetMarkersDeadline makes the writer give up on filler markers (a
 // WriteTxnMarkers request) that the broker has not answered within d: it
@@ -101,14 +90,8 @@ func (w *Writer) SetGate(gate func() error) { w.gate = gate }
 func (w *Writer) SetMarkersDeadline(d time.Duration) { w.markersDeadline = d }
 
 // Allowed returns the verdict on a write about to be sent on behalf of ctx:
-// nil while this agent may write (the writer's gate) and ctx's checks
-// (agent/writegate: the mirror's owner) pass.
+// nil while ctx's checks (agent/writegate: the mirror's owner) pass.
 func (w *Writer) Allowed(ctx context.Context) error {
-	if w.gate != nil {
-		if err := w.gate(); err != nil {
-			return err
-		}
-	}
 	return writegate.Check(ctx)
 }
 
@@ -210,7 +193,7 @@ func (w *Writer) Produce(ctx context.Context, topic string, partition int32, bat
 // up to 16 batches of one partition are in flight at once, sent in call
 // order (sink.go); a caller pipelining one partition's batches must call in
 // sequence order, from one goroutine. The checks of ctx (agent/writegate)
-// are asked when the batch's request leaves, as the writer's gate is.
+// are asked when the batch's request leaves.
 func (w *Writer) ProduceAsync(ctx context.Context, topic string, partition int32, batch []byte) (*Pending, error) {
 	l, err := w.meta.Leader(ctx, topic, partition)
 	if err != nil {

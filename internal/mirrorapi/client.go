@@ -60,8 +60,8 @@ func IsCode(err error, code string) bool {
 	return errors.As(err, &e) && e.Body.Code == code
 }
 
-// Agent returns the agent's role in the writer lease (GET /v1/agent); a
-// standby answers it too.
+// Agent returns the agent's status and its group (GET /v1/agent); an agent
+// that waits answers it too.
 func (c *Client) Agent(ctx context.Context) (AgentStatus, error) {
 	var st AgentStatus
 	err := c.do(ctx, "GET", "/v1/agent", nil, &st)

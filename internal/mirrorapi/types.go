@@ -67,8 +67,8 @@ type Mirror struct {
 	// the agent last connected to it; empty until it has.
 	SourceClusterID string `json:"source_cluster_id,omitempty"`
 	// Agent is the agent_id of the agent of the group that runs the
-	// mirror and described it (coordination = "group"); empty with the
-	// writer lease, where the active agent runs every mirror.
+	// mirror and described it (coordination = "group"); empty with
+	// coordination = "single", where the one agent runs every mirror.
 	Agent string `json:"agent,omitempty"`
 	// Share is set only between the agents of a group: "partitions" when
 	// the agent describing the mirror runs some of its partitions, and
@@ -168,7 +168,7 @@ type Partition struct {
 	// partitions stopped before the agent kept it.
 	StopMode string `json:"stop_mode,omitempty"`
 	// Agent is the agent of the group that runs the partition
-	// (coordination = "group"); empty with the writer lease.
+	// (coordination = "group"); empty with coordination = "single".
 	Agent string `json:"agent,omitempty"`
 	// SourceOffset is the source high watermark last seen, at
 	// SourceOffsetAt.
@@ -302,23 +302,24 @@ const (
 	CodeNotReady        = "COORDINATOR_LOAD_IN_PROGRESS" // the agent is still loading its state
 	CodeNotFound        = "NOT_FOUND"                    // no such route
 	CodeInternal        = "UNKNOWN_SERVER_ERROR"
-	// CodeNotActive: the agent is a standby of the writer lease; the
-	// message names the active agent, to which the call should go.
+	// CodeNotActive: the agent waits for the writer lease's agents (an
+	// earlier release) to stop; the message names the lease's holder, which
+	// runs the mirrors meanwhile.
 	CodeNotActive = "NOT_ACTIVE"
 )
 
-// AgentStatus is the body of GET /v1/agent: this agent and the writer
-// lease as it sees it. Every agent answers it, standbys too.
+// AgentStatus is the body of GET /v1/agent: this agent and its group as it
+// sees them. Every agent answers it, also while it waits.
 type AgentStatus struct {
 	// AgentID names the agent (agent_id, default HOSTNAME-PID).
 	AgentID string `json:"agent_id"`
-	// Role is active (it writes to the destination), standby, or
-	// taking_over (it holds the lease and waits out the previous
-	// holder's writes before it starts).
+	// Role is active (it runs mirrors, or may once the group gives it
+	// some) or standby (it waits for the writer lease's agents, of an
+	// earlier release, to stop before it starts).
 	Role AgentRole `json:"role"`
-	// LeaseHolder is the agent holding the writer lease, empty when none
-	// does; LeaseEpoch grows by one at every takeover. Both are empty
-	// and 0 when the agent runs without a lease (lease_duration 0s).
+	// LeaseHolder is, while the agent waits, the agent of an earlier
+	// release that holds the writer lease of the state topic, with the
+	// lease's epoch and duration; empty and 0 otherwise.
 	LeaseHolder     string `json:"lease_holder,omitempty"`
 	LeaseEpoch      int64  `json:"lease_epoch"`
 	LeaseDurationMs int64  `json:"lease_duration_ms"`
@@ -328,8 +329,8 @@ type AgentStatus struct {
 	Fillers       string `json:"fillers,omitempty"`
 	FillersReason string `json:"fillers_reason,omitempty"`
 	// Coordination is "group" when the agents of the destination divide
-	// its mirrors (coordination = "group"), empty with the writer lease;
-	// then GroupGeneration is the group's generation as this agent last
+	// its mirrors, or "single" when this agent runs them alone; in a
+	// group, GroupGeneration is the group's generation as this agent last
 	// joined it and GroupMembers its agents and the mirrors each runs.
 	Coordination    string        `json:"coordination,omitempty"`
 	GroupGeneration int32         `json:"group_generation,omitempty"`
@@ -353,14 +354,13 @@ type GroupMember struct {
 	Weight int64 `json:"weight"`
 }
 
-// AgentRole is an agent's part in the writer lease.
+// AgentRole is whether an agent runs or waits.
 type AgentRole string
 
 // The roles of AgentStatus.
 const (
-	RoleActive     AgentRole = "active"
-	RoleStandby    AgentRole = "standby"
-	RoleTakingOver AgentRole = "taking_over"
+	RoleActive  AgentRole = "active"
+	RoleStandby AgentRole = "standby"
 )
 
 // Throttle is a mirror's replication throttle: the body of PUT

@@ -47,7 +47,8 @@ func runAgent(ctx context.Context, args []string) error {
 	tokenFile := fs.String("token-file", "", "file of API bearer tokens, one a line (overrides token_file in the config file); without it the API listens on loopback only")
 	agentID := fs.String("agent-id", "", "this agent's name in the group (its static member id: keep it across restarts), describe and logs (overrides agent_id in the config file; default HOSTNAME-PID)")
 	fillers := fs.String("fillers", "", "how invisible destination offsets are written: auto, coordinator or markers (overrides fillers in the config file; default auto)")
-	leaseDuration := fs.String("lease-duration", "", "deprecated: run with the writer lease (coordination = \"lease\") of this duration instead of the agents' group, such as 15s; 0s runs with neither, for a destination only this agent writes to (overrides lease_duration in the config file)")
+	leaseDuration := fs.String("lease-duration", "", "removed with the writer lease: the agent says what to set instead")
+	coordination := fs.String("coordination", "", "group (the default: the agents of the destination and state topic divide the mirrors) or single (this agent alone, no group) (overrides coordination in the config file)")
 	apiAdvertiseURL := fs.String("api-advertise-url", "", "with coordination = \"group\": where the other agents reach this agent's API, such as http://10.0.0.5:8080 (env KMIRROR_API_ADVERTISE_URL; overrides api_advertise_url)")
 	secretKeyFile := fs.String("secret-key-file", "", "file with the AES-256 key (64 hex digits, as openssl rand -hex 32 prints, or base64) that encrypts literal secrets of mirror sources in the state topic (env KMIRROR_SECRET_KEY_FILE; overrides secret_key_file)")
 	tlsCertFile := fs.String("tls-cert-file", "", "PEM certificate of the API, to serve HTTPS (env KMIRROR_TLS_CERT_FILE; overrides tls_cert_file)")
@@ -86,7 +87,10 @@ func runAgent(ctx context.Context, args []string) error {
 		cfg.AgentID = *agentID
 	}
 	if *leaseDuration != "" {
-		cfg.LeaseDuration = *leaseDuration
+		cfg.LeaseDuration = *leaseDuration // refused by Check, saying what to set
+	}
+	if *coordination != "" {
+		cfg.Coordination = *coordination
 	}
 	if *fillers != "" {
 		cfg.Fillers = *fillers
@@ -188,7 +192,7 @@ func runAgent(ctx context.Context, args []string) error {
 			}
 			if host, _, _ := net.SplitHostPort(cfg.Listen); host != "" && !net.ParseIP(host).IsUnspecified() {
 				advertise = scheme + ln.Addr().String()
-			} else if cfg.Mode() == config.CoordinationGroup {
+			} else if cfg.Coordination == config.CoordinationGroup {
 				// Listening on every address (a container): the
 				// other agents reach this one at its own address.
 				if ip := hostAddress(); ip != nil {
@@ -209,80 +213,35 @@ func runAgent(ctx context.Context, args []string) error {
 		srv = api.New(api.Options{Logger: log.Named("api")}) // no listener: nobody calls it
 	}
 	run := &agentRun{cfg: cfg, dstOpts: dstOpts, box: box, log: log, srv: srv, collector: collector, registry: registry}
-	if cfg.Mode() == config.CoordinationGroup {
+	if cfg.Coordination == config.CoordinationGroup {
 		return run.group(ctx, advertise)
 	}
-	duration, requestTimeout := cfg.Lease()
-	if duration == 0 {
-		id := idOf(cfg)
-		srv.SetAgentStatus(func() mirrorapi.AgentStatus {
-			return run.withFillers(mirrorapi.AgentStatus{AgentID: id, Role: mirrorapi.RoleActive})
-		})
-		log.Warn("running without a writer lease (lease_duration = \"0s\"): no other agent may use this destination and state topic")
-		return run.term(ctx, nil)
+	return run.single(ctx)
+}
+
+// single runs the agent alone (coordination = "single"): no group, every
+// mirror here, writing at once after a restart. Nothing but the brokers'
+// fencing guards against a second agent on the same destination and state
+// topic (DESIGN §3: a late write of the other is deduplicated or refused,
+// never appended at another offset); it refuses to start beside a group.
+func (r *agentRun) single(ctx context.Context) error {
+	id := idOf(r.cfg)
+	if _, err := r.waitLeaseAgents(ctx, id); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting
+		}
+		return err
 	}
-	log.Warn(`coordination = "lease" is deprecated: the agents' group (coordination = "group", the default without lease settings) replaces the writer lease; see the deploy guide for the move`)
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	if err := checkNoGroup(startCtx, dstOpts, cfg.StateTopic, log); err != nil {
+	if err := checkNoGroup(startCtx, r.dstOpts, r.cfg.StateTopic, r.log); err != nil {
 		return err
 	}
-	l, err := lease.Open(startCtx, lease.Config{
-		Destination: run.dstOpts, Topic: cfg.StateTopic, AgentID: cfg.AgentID,
-		Duration: duration, RequestTimeout: requestTimeout, Logger: log.Named("lease"),
+	r.srv.SetAgentStatus(func() mirrorapi.AgentStatus {
+		return r.withFillers(mirrorapi.AgentStatus{AgentID: id, Role: mirrorapi.RoleActive, Coordination: config.CoordinationSingle})
 	})
-	if err != nil {
-		return err
-	}
-	defer l.Close()
-	run.standby = func() string { return standbyMessage(l.Status()) }
-	registry.MustRegister(leaseMetrics(l)...)
-	srv.SetAgentStatus(func() mirrorapi.AgentStatus {
-		st := l.Status()
-		return run.withFillers(mirrorapi.AgentStatus{
-			AgentID: st.AgentID, Role: mirrorapi.AgentRole(st.Role),
-			LeaseHolder: st.Holder, LeaseEpoch: st.Epoch, LeaseDurationMs: st.Duration.Milliseconds(),
-		})
-	})
-	log.Info("writer lease", "agent_id", l.AgentID(), "lease_duration", duration, "lease_request_timeout", requestTimeout)
-	for {
-		// A standby follows the lease and serves /healthz; /readyz and
-		// /v1 say which agent is active.
-		srv.SetStandby(run.standby)
-		collector.SetSource(noMirrors{})
-		st := l.Status()
-		log.Info("standby: waiting for the writer lease", "agent_id", st.AgentID, "holder", st.Holder, "epoch", st.Epoch)
-		t, err := l.Acquire(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("acquiring the writer lease: %w", err)
-		}
-		// Group agents that joined while this one claimed (they look
-		// for a claim after joining, see leaseClaimedSince): one side
-		// sees the other before writing.
-		if err := checkNoGroup(ctx, dstOpts, cfg.StateTopic, log); err != nil {
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			if rerr := t.Release(rctx); rerr != nil {
-				log.Warn("releasing the writer lease failed; the next agent waits for it to run out", "error", rerr)
-			}
-			rcancel()
-			return err
-		}
-		err = run.term(ctx, t)
-		if err != nil || ctx.Err() != nil {
-			// Every write of the term has returned: the next agent
-			// may start at once.
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			if rerr := t.Release(rctx); rerr != nil {
-				log.Warn("releasing the writer lease failed; the next agent waits for it to run out", "error", rerr)
-			}
-			rcancel()
-			return err
-		}
-		log.Warn("lost the writer lease: back to standby", "epoch", t.Epoch(), "reason", context.Cause(t.Context()))
-	}
+	r.log.Warn(`running alone (coordination = "single"): no other agent may use this destination and state topic`, "agent_id", id)
+	return r.term(ctx)
 }
 
 // hostAddress is the first address of an interface that is up and not
@@ -322,7 +281,7 @@ func idOf(cfg *config.File) string {
 	if cfg.AgentID != "" {
 		return cfg.AgentID
 	}
-	return lease.DefaultAgentID()
+	return membership.DefaultAgentID()
 }
 
 // group runs the agent as a member of its destination's group of agents
@@ -361,7 +320,7 @@ func (r *agentRun) group(ctx context.Context, advertise string) error {
 		// looks for the other after announcing itself (a lease agent
 		// after its claim, see checkNoGroup), so one of them sees the
 		// other and steps back before writing.
-		if err := r.leaseClaimedSince(ctx, id, dead, joined); err != nil {
+		if err := r.leaseClaimedSince(ctx, dead, joined); err != nil {
 			joined.Close()
 			if ctx.Err() != nil {
 				return nil
@@ -389,20 +348,20 @@ func (r *agentRun) group(ctx context.Context, advertise string) error {
 			GroupGeneration: v.Generation, GroupMembers: groupMembers(v)})
 	})
 	r.log.Info("agents' group", "agent_id", id, "api", advertise, "session_timeout", r.cfg.SessionTimeout())
-	return r.term(ctx, nil)
+	return r.term(ctx)
 }
 
-// waitLeaseAgents keeps a group agent from writing beside the agents of the
-// writer lease on the same state topic, which is how a state topic moves
-// from lease agents to a group without a gap: start the group agents, then
-// stop the lease agents. While a lease agent holds the lease, this agent
-// waits: /healthz answers, /readyz and the /v1 calls answer 503 saying
-// what it waits for. It goes on once the lease is released (the last lease
-// agent stopped cleanly) or its holder stopped renewing it and it ran out
-// (the holder died). It returns the epoch it waited out that way, 0 when
-// the lease was released or never claimed.
+// waitLeaseAgents keeps this agent from writing beside the agents of the
+// writer lease (earlier releases) on the same state topic, which is how a
+// state topic moves from lease agents to this release without a gap: start
+// the new agents, then stop the lease agents. While a lease agent holds the
+// lease, this agent waits: /healthz answers, /readyz and the /v1 calls
+// answer 503 saying what it waits for. It goes on once the lease is
+// released (the last lease agent stopped cleanly) or its holder stopped
+// renewing it and it ran out (the holder died). It returns the epoch it
+// waited out that way, 0 when the lease was released or never claimed.
 func (r *agentRun) waitLeaseAgents(ctx context.Context, id string) (dead int64, err error) {
-	l, err := r.readLease(ctx, id, "")
+	l, err := r.readLease(ctx, "")
 	if err != nil {
 		return 0, err
 	}
@@ -413,25 +372,25 @@ func (r *agentRun) waitLeaseAgents(ctx context.Context, id string) (dead int64, 
 	}
 	why := func() string {
 		now := l.Status()
-		return fmt.Sprintf(`this agent (%s, coordination = "group") waits for the agents of the writer lease of state topic %q to stop: %s holds the lease (epoch %d, renewed %v ago). It joins the group once the lease is released or runs out`,
-			id, r.cfg.StateTopic, now.Holder, now.Epoch, now.SinceRenewal.Round(time.Millisecond))
+		return fmt.Sprintf(`this agent (%s, coordination = %q) waits for the agents of the writer lease of state topic %q (an earlier release) to stop: %s holds the lease (epoch %d, renewed %v ago). It starts once the lease is released or runs out`,
+			id, r.cfg.Coordination, r.cfg.StateTopic, now.Holder, now.Epoch, now.SinceRenewal.Round(time.Millisecond))
 	}
 	r.srv.SetStandby(why)
 	r.srv.SetAgentStatus(func() mirrorapi.AgentStatus {
 		now := l.Status()
-		return mirrorapi.AgentStatus{AgentID: id, Role: mirrorapi.RoleStandby, Coordination: config.CoordinationGroup,
+		return mirrorapi.AgentStatus{AgentID: id, Role: mirrorapi.RoleStandby, Coordination: r.cfg.Coordination,
 			LeaseHolder: now.Holder, LeaseEpoch: now.Epoch, LeaseDurationMs: now.Duration.Milliseconds()}
 	})
-	r.log.Warn("waiting for the agents of the writer lease on this state topic to stop (stop them to move their mirrors to the group)", "holder", st.Holder, "epoch", st.Epoch, "lease_duration", st.Duration)
+	r.log.Warn("waiting for the agents of the writer lease (an earlier release) on this state topic to stop (stop them to move their mirrors to this agent)", "holder", st.Holder, "epoch", st.Epoch, "lease_duration", st.Duration)
 	holder := st.Holder
 	for {
 		now := l.Status()
 		switch {
 		case now.Holder == "":
-			r.log.Info("the writer lease was released: joining the group", "epoch", now.Epoch)
+			r.log.Info("the writer lease was released: starting", "epoch", now.Epoch)
 			return 0, nil
 		case now.SinceRenewal > 2*now.Duration+lease.DefaultRequestTimeout:
-			r.log.Warn("the writer lease's holder stopped renewing it without releasing it: joining the group", "holder", now.Holder, "epoch", now.Epoch, "since_renewal", now.SinceRenewal)
+			r.log.Warn("the writer lease's holder stopped renewing it without releasing it: starting", "holder", now.Holder, "epoch", now.Epoch, "since_renewal", now.SinceRenewal)
 			return now.Epoch, nil
 		case now.Holder != holder:
 			r.log.Info("the writer lease moved to another lease agent: still waiting", "holder", now.Holder, "epoch", now.Epoch)
@@ -449,7 +408,7 @@ func (r *agentRun) waitLeaseAgents(ctx context.Context, id string) (dead int64, 
 // whether an agent claimed the writer lease after waitLeaseAgents let this
 // one go on: a lease that is held, at another epoch than the dead one it
 // waited out. It runs before the coordinator, so before any write.
-func (r *agentRun) leaseClaimedSince(ctx context.Context, id string, dead int64, m *membership.Member) error {
+func (r *agentRun) leaseClaimedSince(ctx context.Context, dead int64, m *membership.Member) error {
 	// Until the first generation, or a while: the check runs either way,
 	// and nothing is written without a grant.
 	joined := time.After(r.cfg.SessionTimeout() + 30*time.Second)
@@ -463,7 +422,7 @@ wait:
 		case <-m.Changed():
 		}
 	}
-	l, err := r.readLease(ctx, id, " after joining the group")
+	l, err := r.readLease(ctx, " after joining the group")
 	if err != nil {
 		return err
 	}
@@ -474,21 +433,20 @@ wait:
 	return nil
 }
 
-// readLease opens the writer lease of the state topic for a group agent,
-// which only reads it (it never claims it); when says at which step, for
-// the error.
-func (r *agentRun) readLease(ctx context.Context, id, when string) (*lease.Lease, error) {
+// readLease opens the writer lease of the state topic, which agents of
+// earlier releases kept; when says at which step, for the error.
+func (r *agentRun) readLease(ctx context.Context, when string) (*lease.Reader, error) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	l, err := lease.Open(ctx, lease.Config{Destination: r.dstOpts, Topic: r.cfg.StateTopic, AgentID: id, Logger: r.log.Named("lease")})
+	l, err := lease.Open(ctx, lease.Config{Destination: r.dstOpts, Topic: r.cfg.StateTopic, Logger: r.log.Named("lease")})
 	if err != nil {
 		return nil, fmt.Errorf("reading the writer lease of state topic %q%s: %w", r.cfg.StateTopic, when, err)
 	}
 	return l, nil
 }
 
-// checkNoGroup keeps a lease agent from writing beside the agents of a
-// group on the same state topic. It is a guard, not a requirement: when the
+// checkNoGroup keeps an agent of coordination = "single" from writing
+// beside the agents of a group on the same state topic. It is a guard, not a requirement: when the
 // destination cannot say (no group coordinator yet on a new cluster, no
 // DESCRIBE right on the group), the agent starts, saying so.
 func checkNoGroup(ctx context.Context, dstOpts []kgo.Opt, stateTopic string, log hclog.Logger) error {
@@ -507,7 +465,7 @@ func checkNoGroup(ctx context.Context, dstOpts []kgo.Opt, stateTopic string, log
 		if err == nil {
 			for _, g := range groups {
 				if len(g.Members) > 0 {
-					return fmt.Errorf(`state topic %q has %d agent(s) with coordination = "group" (group %s): an agent of the writer lease would write beside them. Give every agent of this state topic the same coordination`,
+					return fmt.Errorf(`state topic %q has %d agent(s) with coordination = "group" (group %s): this agent (coordination = "single") would write beside them. Give every agent of this state topic the same coordination`,
 						stateTopic, len(g.Members), g.Group)
 				}
 			}
@@ -545,7 +503,7 @@ func groupMembers(v membership.View) []mirrorapi.GroupMember {
 	return out
 }
 
-// agentRun runs the coordinator for one term of the writer lease.
+// agentRun runs the agent's coordinator, alone or in the agents' group.
 type agentRun struct {
 	cfg       *config.File
 	dstOpts   []kgo.Opt    // the destination's connection (TLS, SASL)
@@ -554,13 +512,10 @@ type agentRun struct {
 	srv       *api.Server
 	collector *metrics.Collector
 	registry  *prometheus.Registry // the agent's series (metrics.Registry)
-	// standby says, on a standby, which agent is active (with a lease).
-	standby func() string
-	// fillers is the filler method of the current term (nil before the
-	// first).
+	// fillers is the filler method in use (nil until chosen).
 	fillers atomic.Pointer[fillerChoice]
 	// owner and onCoordinator are the agents' group and what learns of
-	// the coordinator once made (coordination = "group").
+	// the coordinator once made (coordination = "group"; nil alone).
 	owner         coordinator.Owner
 	onCoordinator func(*coordinator.Coordinator)
 	// markersDeadline is the writer's (coordinator.Config), in group mode.
@@ -575,30 +530,14 @@ func (r *agentRun) withFillers(st mirrorapi.AgentStatus) mirrorapi.AgentStatus {
 	return st
 }
 
-// term loads the state topic and runs the mirrors while t holds the lease
-// (for ever when t is nil: no lease), until ctx ends or the lease is lost.
-// It returns once every write of the term has returned; an error only when
-// the agent must exit.
-func (r *agentRun) term(ctx context.Context, t *lease.Term) error {
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	var gate func() error
-	if t != nil {
-		gate = t.Check
-		defer context.AfterFunc(t.Context(), func() {
-			// Refuse API calls at once; the coordinator stops
-			// behind.
-			r.srv.SetStandby(r.standby)
-			stop()
-		})()
-	}
-	startCtx, cancel := context.WithTimeout(runCtx, 60*time.Second)
+// term loads the state topic and runs the mirrors until ctx ends. It
+// returns once every write has returned; an error only when the agent must
+// exit.
+func (r *agentRun) term(ctx context.Context) error {
+	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	fillers, err := chooseFillers(startCtx, r.cfg.Fillers, r.dstOpts, t != nil || r.owner != nil)
+	fillers, err := chooseFillers(startCtx, r.cfg.Fillers, r.dstOpts, r.owner != nil)
 	if err != nil {
-		if t != nil && runCtx.Err() != nil {
-			return nil
-		}
 		return err
 	}
 	r.fillers.Store(&fillers)
@@ -613,16 +552,12 @@ func (r *agentRun) term(ctx context.Context, t *lease.Term) error {
 		// (DESIGN §4).
 		SourceFence:     coordinator.ACLSourceFence{},
 		Fillers:         fillers.method,
-		Gate:            gate,
 		Owner:           r.owner,
 		MarkersDeadline: r.markersDeadline,
 		AgentID:         idOf(r.cfg),
 		Logger:          r.log,
 	})
 	if err != nil {
-		if t != nil && runCtx.Err() != nil {
-			return nil // lost the lease while loading, or stopping
-		}
 		return err
 	}
 	defer co.Close()
@@ -631,65 +566,13 @@ func (r *agentRun) term(ctx context.Context, t *lease.Term) error {
 	}
 	for _, m := range r.cfg.Mirrors {
 		if err := co.Apply(startCtx, m.Spec()); err != nil {
-			if t != nil && runCtx.Err() != nil {
-				return nil
-			}
 			return fmt.Errorf("applying mirror %q from the config: %w", m.Name, err)
 		}
 	}
 	r.srv.SetBackend(co)
 	r.collector.SetSource(co)
-	epoch := int64(0)
-	if t != nil {
-		epoch = t.Epoch()
-	}
-	r.log.Info("agent running", "destination", strings.Join(r.cfg.Destination.BootstrapServers, ","), "state_topic", r.cfg.StateTopic, "mirrors", len(co.Mirrors()), "lease_epoch", epoch)
-	err = co.Run(runCtx)
-	if t != nil {
-		// No API call reaches the coordinator once it closes.
-		r.srv.SetStandby(r.standby)
-		r.collector.SetSource(noMirrors{})
-	}
-	return err
-}
-
-// standbyMessage says, on a standby, which agent is active.
-func standbyMessage(st lease.Status) string {
-	switch {
-	case st.Role == lease.RoleActive:
-		return fmt.Sprintf("this agent (%s) is stopping and hands the writer lease (epoch %d) on; retry shortly", st.AgentID, st.Epoch)
-	case st.Role == lease.RoleTakingOver:
-		return fmt.Sprintf("this agent (%s) holds the writer lease (epoch %d) and waits for the previous holder's writes to run out before it serves; retry shortly", st.AgentID, st.Epoch)
-	case st.Holder == "":
-		return fmt.Sprintf("this agent (%s) is a standby of the writer lease, which nobody holds now (epoch %d); an agent takes it within moments", st.AgentID, st.Epoch)
-	default:
-		return fmt.Sprintf("this agent (%s) is a standby; the active agent is %s (writer lease epoch %d, renewed %v ago): send the call to it",
-			st.AgentID, st.Holder, st.Epoch, st.SinceRenewal.Round(time.Millisecond))
-	}
-}
-
-// leaseMetrics are the writer lease's series: whether this agent writes
-// (alert when no agent of a destination does), and the lease epoch (its
-// increments count takeovers).
-func leaseMetrics(l *lease.Lease) []prometheus.Collector {
-	labels := prometheus.Labels{"agent_id": l.AgentID()}
-	return []prometheus.Collector{
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "kmirror_agent_active",
-			Help:        "1 while this agent holds the writer lease and writes to the destination, 0 on a standby.",
-			ConstLabels: labels,
-		}, func() float64 {
-			if l.Status().Role == lease.RoleActive {
-				return 1
-			}
-			return 0
-		}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "kmirror_lease_epoch",
-			Help:        "The writer lease's epoch as this agent last read it; it grows by one at every takeover.",
-			ConstLabels: labels,
-		}, func() float64 { return float64(l.Status().Epoch) }),
-	}
+	r.log.Info("agent running", "destination", strings.Join(r.cfg.Destination.BootstrapServers, ","), "state_topic", r.cfg.StateTopic, "mirrors", len(co.Mirrors()), "coordination", r.cfg.Coordination)
+	return co.Run(ctx)
 }
 
 // groupMetrics are the agents' group's series, as this agent sees it: its
@@ -716,11 +599,6 @@ func groupMetrics(id string, m *membership.Member) []prometheus.Collector {
 		}, func() float64 { return float64(m.HandedOn()) }),
 	}
 }
-
-// noMirrors is the metrics source of a standby: it runs no mirror.
-type noMirrors struct{}
-
-func (noMirrors) Describe() []mirrorapi.Mirror { return nil }
 
 // readTokens reads the API's bearer tokens: one a line, blank lines and
 // lines starting with # ignored.

@@ -21,12 +21,11 @@ type fillerChoice struct {
 // destination whether the agent may write markers. WriteTxnMarkers cannot
 // be fenced: a marker a dead agent sent may still land after a new agent
 // read the destination end. Auto takes markers only when bounded says how
-// late a write can land is bounded: under the writer lease, whose new
-// holder waits out the previous holder's requests before it writes, or in
-// a group, whose members stop writing before their session can run out
-// and reset a connection whose markers stay unanswered within the write
-// grace (writer.SetMarkersDeadline). Without either, coordinator fillers
-// are fenced by InitProducerId.
+// late a write can land is bounded: in a group, whose members stop writing
+// before their session can run out and reset a connection whose markers
+// stay unanswered within the write grace (writer.SetMarkersDeadline).
+// Alone (coordination = "single"), coordinator fillers are fenced by
+// InitProducerId.
 func chooseFillers(ctx context.Context, setting string, dstOpts []kgo.Opt, bounded bool) (fillerChoice, error) {
 	if setting == config.FillersCoordinator {
 		return fillerChoice{partition.FillCoordinator, "fillers = \"coordinator\""}, nil
@@ -47,7 +46,7 @@ func chooseFillers(ctx context.Context, setting string, dstOpts []kgo.Opt, bound
 	case setting == config.FillersMarkers:
 		why := "fillers = \"markers\""
 		if !bounded {
-			why += "; without the agents' group or the writer lease a marker sent by an agent that died can land after its successor's first write, which then fails the partition (DUPLICATE_MARKER) rather than shift an offset"
+			why += "; without the agents' group (coordination = \"single\") a marker sent by an agent that died can land after its successor's first write, which then fails the partition (DUPLICATE_MARKER) rather than shift an offset"
 		}
 		return fillerChoice{partition.FillMarkers, why}, nil
 	case err != nil:
@@ -55,7 +54,7 @@ func chooseFillers(ctx context.Context, setting string, dstOpts []kgo.Opt, bound
 	case !ok:
 		return fillerChoice{partition.FillCoordinator, "fillers = \"auto\": the destination does not let the agent send WriteTxnMarkers (no ALTER or CLUSTER_ACTION on the cluster)"}, nil
 	case !bounded:
-		return fillerChoice{partition.FillCoordinator, "fillers = \"auto\": the agent runs without a group or the writer lease (lease_duration = \"0s\"), and only coordinator fillers are fenced across a restart"}, nil
+		return fillerChoice{partition.FillCoordinator, "fillers = \"auto\": the agent runs alone (coordination = \"single\"), and only coordinator fillers are fenced across a restart"}, nil
 	}
-	return fillerChoice{partition.FillMarkers, "fillers = \"auto\": the destination authorizes WriteTxnMarkers, and the agents' group (or the writer lease) bounds how late a marker can land"}, nil
+	return fillerChoice{partition.FillMarkers, "fillers = \"auto\": the destination authorizes WriteTxnMarkers, and the agents' group bounds how late a marker can land"}, nil
 }

@@ -43,7 +43,7 @@ func testChooseFillers(t *testing.T, engine devcluster.EngineKind) {
 		t.Helper()
 		got, err := chooseFillers(ctx, setting, opts, bounded)
 		if err != nil || got.method != want || !strings.Contains(got.why, why) {
-			t.Errorf("fillers %q (group or lease %v): %s (%q), %v; want %s saying %q", setting, bounded, got.method, got.why, err, want, why)
+			t.Errorf("fillers %q (in a group %v): %s (%q), %v; want %s saying %q", setting, bounded, got.method, got.why, err, want, why)
 		}
 	}
 	refused := func(opts []kgo.Opt) {
@@ -70,7 +70,7 @@ func testChooseFillers(t *testing.T, engine devcluster.EngineKind) {
 
 	check(config.FillersCoordinator, agent, true, partition.FillCoordinator, `fillers = "coordinator"`)
 	check(config.FillersAuto, boss, true, partition.FillMarkers, "authorizes WriteTxnMarkers")
-	check(config.FillersAuto, boss, false, partition.FillCoordinator, "without a group or the writer lease")
+	check(config.FillersAuto, boss, false, partition.FillCoordinator, "the agent runs alone (coordination = \"single\")")
 	check(config.FillersAuto, agent, true, partition.FillCoordinator, `fillers = "auto"`)
 	refused(agent)
 	eventually(t, func() bool { return writeMarker(ctx, agent) != nil }, "WriteTxnMarkers refused to the agent without cluster rights")
@@ -97,7 +97,7 @@ func testChooseFillers(t *testing.T, engine devcluster.EngineKind) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	check(config.FillersMarkers, agent, true, partition.FillMarkers, `fillers = "markers"`)
-	check(config.FillersMarkers, agent, false, partition.FillMarkers, "without the agents' group or the writer lease")
+	check(config.FillersMarkers, agent, false, partition.FillMarkers, "without the agents' group (coordination = \"single\")")
 	eventually(t, func() bool { return writeMarker(ctx, agent) == nil }, "WriteTxnMarkers taken from the agent with ALTER on the cluster")
 }
 

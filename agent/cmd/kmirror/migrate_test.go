@@ -17,11 +17,11 @@ import (
 )
 
 // TestLeaseClaimedSince: a group agent that joined looks for a claim of the
-// writer lease made after it stopped waiting for the lease agents, before
-// it writes. A claim at another epoch than the one it waited out sends it
-// back to waiting; none, or the dead holder's epoch, lets it go on. (The
-// lease agent's half, a look for group members after its claim, is
-// checkNoGroup, which TestAgentGroupAndLeaseDoNotMix sees refuse.)
+// writer lease (by an agent of an earlier release) made after it stopped
+// waiting for the lease agents, before it writes. A claim at another epoch
+// than the one it waited out sends it back to waiting; none, or the dead
+// holder's epoch, lets it go on. (The lease agent's half, a look for group
+// members after its claim, TestAgentGroupAndLeaseDoNotMix sees refuse.)
 func TestLeaseClaimedSince(t *testing.T) {
 	c := devclustertest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -35,33 +35,27 @@ func TestLeaseClaimedSince(t *testing.T) {
 	}
 	defer m.Close()
 
-	if err := r.leaseClaimedSince(ctx, "g", 0, m); err != nil {
+	if err := r.leaseClaimedSince(ctx, 0, m); err != nil {
 		t.Fatalf("no lease agent: %v", err)
 	}
 	if m.View().Generation <= 0 {
 		t.Fatal("the check ran before the agent's first generation")
 	}
 
-	l, err := lease.Open(ctx, lease.Config{Destination: dst, Topic: cfg.StateTopic, AgentID: "l", Duration: 3 * time.Second, RequestTimeout: time.Second})
-	if err != nil {
+	if err := lease.Imitate(ctx, dst, cfg.StateTopic, lease.KindClaim, "l", 1, 3*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	term, err := l.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = r.leaseClaimedSince(ctx, "g", 0, m)
+	err = r.leaseClaimedSince(ctx, 0, m)
 	if err == nil || !strings.Contains(err.Error(), "agent l claimed the writer lease") {
 		t.Fatalf("a lease agent claimed the lease meanwhile: %v, want it named", err)
 	}
-	if err := r.leaseClaimedSince(ctx, "g", term.Epoch(), m); err != nil {
+	if err := r.leaseClaimedSince(ctx, 1, m); err != nil {
 		t.Fatalf("the epoch waited out (its holder died): %v", err)
 	}
-	if err := term.Release(ctx); err != nil {
+	if err := lease.Imitate(ctx, dst, cfg.StateTopic, lease.KindRelease, "l", 1, 3*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.leaseClaimedSince(ctx, "g", 0, m); err != nil {
+	if err := r.leaseClaimedSince(ctx, 0, m); err != nil {
 		t.Fatalf("the lease released: %v", err)
 	}
 }

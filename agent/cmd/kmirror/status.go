@@ -11,7 +11,7 @@ import (
 )
 
 func init() {
-	register("status", "show whether the agent is the active writer or a standby (writer lease), or the agents of its group and their mirrors", runStatus)
+	register("status", "show the agents of the agent's group and their mirrors, or that it runs alone (coordination = single), or what it waits for", runStatus)
 }
 
 func runStatus(ctx context.Context, args []string) error {
@@ -96,17 +96,17 @@ func partitionsLine(m mirrorapi.Mirror) string {
 	return line
 }
 
-// statusLine says in one line what an agent is to the writer lease.
+// statusLine says in one line what an agent is to the others of its
+// destination.
 func statusLine(st mirrorapi.AgentStatus) string {
-	lease := time.Duration(st.LeaseDurationMs) * time.Millisecond
 	switch {
-	case st.Coordination == "group":
-		return fmt.Sprintf("agent %s: one of %d agents of the group (generation %d) that divide the mirrors:", st.AgentID, len(st.GroupMembers), st.GroupGeneration)
-	case st.LeaseEpoch == 0 && st.LeaseHolder == "" && st.Role == mirrorapi.RoleActive:
-		return fmt.Sprintf("agent %s: active, without a writer lease", st.AgentID)
-	case st.LeaseHolder == "":
-		return fmt.Sprintf("agent %s: %s; nobody holds the writer lease (epoch %d)", st.AgentID, st.Role, st.LeaseEpoch)
+	case st.LeaseHolder != "":
+		// Waiting for the agents of an earlier release to stop.
+		return fmt.Sprintf("agent %s (coordination = %q): waits for the writer lease's agents (an earlier release) to stop; epoch %d held by %s (lease %v)",
+			st.AgentID, st.Coordination, st.LeaseEpoch, st.LeaseHolder, time.Duration(st.LeaseDurationMs)*time.Millisecond)
+	case st.Coordination == "single":
+		return fmt.Sprintf("agent %s: runs every mirror alone (coordination = \"single\")", st.AgentID)
 	default:
-		return fmt.Sprintf("agent %s: %s; writer lease epoch %d held by %s (lease %v)", st.AgentID, st.Role, st.LeaseEpoch, st.LeaseHolder, lease)
+		return fmt.Sprintf("agent %s: one of %d agents of the group (generation %d) that divide the mirrors:", st.AgentID, len(st.GroupMembers), st.GroupGeneration)
 	}
 }
