@@ -292,7 +292,7 @@ func (s *Server) openAPI(_ Backend, w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) list(b Backend, w http.ResponseWriter, r *http.Request) {
-	ms, err := s.gather(b, r)
+	ms, err := s.gather(b, r, r.URL.Query().Get("mirror"))
 	if err != nil {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, mirrorapi.CodeNotReady, err.Error()+"; retry shortly")
@@ -340,7 +340,7 @@ func (s *Server) mirror(b Backend, w http.ResponseWriter, r *http.Request, name 
 	for _, m := range b.Describe() {
 		if m.Name == name && m.Share == "" {
 			if g, ok := b.(Group); ok && shared(g, name) {
-				peers, err := s.peerMirrors(g, r)
+				peers, err := s.peerMirrors(g, r, name)
 				if err != nil {
 					w.Header().Set("Retry-After", "1")
 					writeError(w, http.StatusServiceUnavailable, mirrorapi.CodeNotReady, fmt.Sprintf("mirror %q: gathering its partitions from the agents of the group: %v; retry shortly", name, err))

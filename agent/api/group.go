@@ -7,11 +7,13 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/kmirror/kmirror/agent/coordinator"
@@ -83,17 +85,17 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, agent, api stri
 	p.ServeHTTP(w, r)
 }
 
-// gather returns the mirrors of every agent of the group: this one's, and
-// each other's own list. A mirror that none runs now (it is moving) or an
-// agent that does not answer makes it fail: a list missing a mirror would
-// read as a mirror deleted.
-func (s *Server) gather(b Backend, r *http.Request) ([]mirrorapi.Mirror, error) {
-	ms := b.Describe()
+// gather returns the mirrors of every agent of the group, or only mirror
+// name when it is not "": this agent's, and each other's own. A mirror
+// that none runs now (it is moving) or an agent that does not answer makes
+// it fail: a list missing a mirror would read as a mirror deleted.
+func (s *Server) gather(b Backend, r *http.Request, name string) ([]mirrorapi.Mirror, error) {
+	ms := named(b.Describe(), name)
 	g, ok := b.(Group)
 	if !ok || r.Header.Get(ForwardedHeader) != "" {
 		return ms, nil
 	}
-	peers, err := s.peerMirrors(g, r)
+	peers, err := s.peerMirrors(g, r, name)
 	if err != nil {
 		return nil, err
 	}
@@ -103,11 +105,20 @@ func (s *Server) gather(b Backend, r *http.Request) ([]mirrorapi.Mirror, error) 
 		seen[m.Name] = true
 	}
 	for _, spec := range b.Mirrors() {
-		if !seen[spec.Name] {
+		if !seen[spec.Name] && (name == "" || spec.Name == name) {
 			return nil, fmt.Errorf("mirror %q is moving between agents of the group: it runs again within moments", spec.Name)
 		}
 	}
 	return ms, nil
+}
+
+// named returns the entries of mirror name in ms (its home's, and shares
+// of it), or ms when name is "".
+func named(ms []mirrorapi.Mirror, name string) []mirrorapi.Mirror {
+	if name == "" {
+		return ms
+	}
+	return slices.DeleteFunc(ms, func(m mirrorapi.Mirror) bool { return m.Name != name })
 }
 
 // shared says whether other agents of the group run partitions of mirror
@@ -119,18 +130,37 @@ func shared(g Group, name string) bool {
 }
 
 // peerMirrors are the mirrors, and shares of mirrors, each other agent of
-// the group runs.
-func (s *Server) peerMirrors(g Group, r *http.Request) ([]mirrorapi.Mirror, error) {
-	var out []mirrorapi.Mirror
-	for _, p := range g.Peers() {
+// the group runs; only those of mirror name when it is not "". The agents
+// are asked at once, each for its own entries of name only (an agent of an
+// earlier release answers its whole list, filtered here).
+func (s *Server) peerMirrors(g Group, r *http.Request, name string) ([]mirrorapi.Mirror, error) {
+	peers := g.Peers()
+	for _, p := range peers {
 		if p.API == "" {
 			return nil, fmt.Errorf("agent %s of the group told no API address (api_advertise_url)", p.Agent)
 		}
-		var dr mirrorapi.DescribeResponse
-		if err := s.peerGet(r.Context(), r, p.API+"/v1/mirrors", &dr); err != nil {
-			return nil, fmt.Errorf("listing the mirrors of agent %s at %s: %w", p.Agent, p.API, err)
-		}
-		out = append(out, dr.Mirrors...)
+	}
+	u := "/v1/mirrors"
+	if name != "" {
+		u += "?" + url.Values{"mirror": {name}}.Encode()
+	}
+	answers := make([]mirrorapi.DescribeResponse, len(peers))
+	errs := make([]error, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		wg.Go(func() {
+			if err := s.peerGet(r.Context(), r, p.API+u, &answers[i]); err != nil {
+				errs[i] = fmt.Errorf("listing the mirrors of agent %s at %s: %w", p.Agent, p.API, err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	var out []mirrorapi.Mirror
+	for _, a := range answers {
+		out = append(out, named(a.Mirrors, name)...)
 	}
 	return out, nil
 }

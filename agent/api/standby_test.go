@@ -13,15 +13,15 @@ import (
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
-// TestStandby: a standby of the writer lease is healthy, not ready, and
-// refuses /v1 calls with NOT_ACTIVE naming the active agent, which the
-// client does not retry; it serves once it becomes active, and refuses again
-// when it loses the lease.
+// TestStandby: an agent that waits (for the writer lease's agents of an
+// earlier release to stop) is healthy, not ready, and refuses /v1 calls
+// with NOT_ACTIVE naming the lease's holder, which the client does not
+// retry; it serves once it runs, and refuses again when told to wait.
 func TestStandby(t *testing.T) {
 	s := api.New(api.Options{})
 	srv := httptest.NewServer(s)
 	defer srv.Close()
-	const why = "this agent (b) is a standby; the active agent is a (writer lease epoch 4)"
+	const why = "this agent (b, coordination = \"group\") waits for the agents of the writer lease of state topic \"__kmirror_state\" (an earlier release) to stop: a holds the lease (epoch 4, renewed 3ms ago)"
 	s.SetStandby(func() string { return why })
 	get := func(p string) (int, string) {
 		t.Helper()

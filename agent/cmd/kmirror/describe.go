@@ -108,21 +108,22 @@ func runDescribe(ctx context.Context, args []string) error {
 	}
 	cl := newClient(*addr, *token)
 	for i := 1; ; i++ {
-		ms, err := cl.Describe(ctx)
-		if err != nil {
-			return err
-		}
+		var ms []mirrorapi.Mirror
+		var err error
 		if *mirror != "" {
-			var kept []mirrorapi.Mirror
-			for _, m := range ms {
-				if m.Name == *mirror {
-					kept = append(kept, m)
-				}
-			}
-			if len(kept) == 0 {
+			// One mirror: in a group, the other agents are asked for
+			// its partitions only.
+			var m mirrorapi.Mirror
+			m, err = cl.Mirror(ctx, *mirror)
+			if mirrorapi.IsCode(err, mirrorapi.CodeMirrorNotFound) {
 				return fmt.Errorf("--mirror %q: %s: no such mirror on the agent at %s (kmirror list shows its mirrors)", *mirror, mirrorapi.CodeMirrorNotFound, *addr)
 			}
-			ms = kept
+			ms = []mirrorapi.Mirror{m}
+		} else {
+			ms, err = cl.Describe(ctx)
+		}
+		if err != nil {
+			return err
 		}
 		if *output == "json" {
 			return printJSON(mirrorapi.DescribeResponse{Mirrors: ms})
