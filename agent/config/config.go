@@ -66,8 +66,8 @@ type File struct {
 	// "group" (the default: the agents form a group on the destination
 	// and divide the mirrors' partitions among them) or "single" (this
 	// agent alone writes the destination and state topic, without a
-	// group: a restart writes at once, and nothing but the brokers'
-	// fencing guards against a second agent started by mistake).
+	// group: a restart writes at once; never run two, see the deploy
+	// guide).
 	Coordination string `hcl:"coordination,optional"`
 	// GroupSessionTimeout is the group's session timeout with
 	// coordination = "group" (default "10s"): the mirrors of an agent

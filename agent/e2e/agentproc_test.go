@@ -61,6 +61,13 @@ func writeAgentConfig(t testing.TB, dst *devcluster.Cluster, mirrors ...agentMir
 // (HCL lines).
 func writeAgentConfigWith(t testing.TB, dst *devcluster.Cluster, extra string, mirrors ...agentMirror) agentSetup {
 	t.Helper()
+	return writeAgentConfigTo(t, dst.Bootstrap(), extra, mirrors...)
+}
+
+// writeAgentConfigTo is writeAgentConfigWith for the destination brokers at
+// bootstrap (a wireWatch's listeners).
+func writeAgentConfigTo(t testing.TB, bootstrap []string, extra string, mirrors ...agentMirror) agentSetup {
+	t.Helper()
 	quote := func(ss []string) string {
 		q := make([]string, len(ss))
 		for i, s := range ss {
@@ -71,7 +78,7 @@ func writeAgentConfigWith(t testing.TB, dst *devcluster.Cluster, extra string, m
 	s := agentSetup{Dir: t.TempDir(), Listen: devclustertest.FreeAddr(t)}
 	s.Path = filepath.Join(s.Dir, "agent.hcl")
 	var b strings.Builder
-	fmt.Fprintf(&b, "destination {\n  bootstrap_servers = %s\n}\n", quote(dst.Bootstrap()))
+	fmt.Fprintf(&b, "destination {\n  bootstrap_servers = %s\n}\n", quote(bootstrap))
 	fmt.Fprintf(&b, "listen = %q\nlog_level = \"debug\"\n", s.Listen)
 	b.WriteString(extra)
 	for _, m := range mirrors {

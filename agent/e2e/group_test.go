@@ -27,7 +27,9 @@ import (
 // with SIGKILL: what it ran runs on the others once its session ran out. A
 // fourth joins and takes partitions on. One is frozen past its session and
 // resumes. All restart in turn. After all of it, every topic is
-// offset-identical to its source and every partition MIRRORING.
+// offset-identical to its source, every partition MIRRORING, and no
+// partition had two writers: the wire watch saw no batch leave an agent
+// after another agent's batch of that partition had landed.
 func TestAgentGroup(t *testing.T) {
 	forEngines(t, testAgentGroup)
 }
@@ -53,8 +55,12 @@ func testAgentGroup(t *testing.T, e engine) {
 
 	const session = groupSession
 	agents := map[string]*agentProcess{}
+	// Every agent reaches the destination through the wire watch, which
+	// sees which agent sent each batch: at the end, no partition had two
+	// writers through the kill, the join, the freeze and the restarts.
+	w := newWireWatch(t)
 	start := func(id string) *agentProcess {
-		a := startAgentProcess(t, writeAgentConfigWith(t, p.dst, p.stateTopicHCL()+groupHCL(id), ms...), id)
+		a := startAgentProcess(t, writeAgentConfigTo(t, w.bootstrap(id, p.dst.Bootstrap()), p.stateTopicHCL()+groupHCL(id), ms...), id)
 		agents[id] = a
 		return a
 	}
@@ -298,6 +304,7 @@ func testAgentGroup(t *testing.T, e engine) {
 		}
 	}
 	t.Logf("%d records produced to %d topics, identical on the destination", produced, mirrors)
+	w.check(t)
 }
 
 // running says whether each agent runs what owner gives it: its own list

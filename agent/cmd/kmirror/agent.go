@@ -220,10 +220,12 @@ func runAgent(ctx context.Context, args []string) error {
 }
 
 // single runs the agent alone (coordination = "single"): no group, every
-// mirror here, writing at once after a restart. Nothing but the brokers'
-// fencing guards against a second agent on the same destination and state
-// topic (DESIGN §3: a late write of the other is deduplicated or refused,
-// never appended at another offset); it refuses to start beside a group.
+// mirror here, writing at once after a restart (a late write of the dead
+// process it replaces is deduplicated or refused, DESIGN §3). Nothing
+// guards against a second agent on the same destination and state topic:
+// two that create a mirror together each write it with a producer of their
+// own, and shift offsets (TestWireWatchSeesTwoWriters). It refuses to start
+// beside a group.
 func (r *agentRun) single(ctx context.Context) error {
 	id := idOf(r.cfg)
 	if _, err := r.waitLeaseAgents(ctx, id); err != nil {
