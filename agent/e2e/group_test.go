@@ -355,8 +355,9 @@ func running(ctx context.Context, agents map[string]*agentProcess, owner map[str
 // agent renews the lease wait, without joining the group, and say so on
 // /readyz and /v1/agent (both would write otherwise); a lease agent refuses
 // to start while the group has members. The lease agent stops (releasing
-// the lease), the waiting agents join and take its mirrors on, and every
-// topic is offset-identical to its source at the end.
+// the lease), the waiting agents join and take its mirrors on, every topic
+// is offset-identical to its source at the end, and the wire watch saw no
+// partition written by two agents, of either release.
 func TestUpgradeFromTheWriterLease(t *testing.T) {
 	forEngines(t, testUpgradeFromTheWriterLease)
 }
@@ -378,10 +379,13 @@ func testUpgradeFromTheWriterLease(t *testing.T, e engine) {
 		ms = append(ms, agentMirror{Name: fmt.Sprintf("mix%d", i), Source: p.src, Topics: []string{topic}})
 	}
 	state := p.stateTopicHCL()
-	leaseCfg := writeAgentConfigWith(t, p.dst, state+fmt.Sprintf("agent_id = \"l\"\nlease_duration = %q\nlease_request_timeout = %q\n", e2eLease, e2eLeaseTimeout), ms...)
+	// Every agent, of either release, reaches the destination through
+	// the wire watch: no partition has two writers across the move.
+	w := newWireWatch(t)
+	leaseCfg := writeAgentConfigTo(t, w.bootstrap("l", p.dst.Bootstrap()), state+fmt.Sprintf("agent_id = \"l\"\nlease_duration = %q\nlease_request_timeout = %q\n", e2eLease, e2eLeaseTimeout), ms...)
 	leaseCfg.Bin = kmirrorbin.AtCommit(t, leaseRelease)
 	groupCfg := func(id string) agentSetup {
-		return writeAgentConfigWith(t, p.dst, state+groupHCL(id), ms...)
+		return writeAgentConfigTo(t, w.bootstrap(id, p.dst.Bootstrap()), state+groupHCL(id), ms...)
 	}
 	refused := func(setup agentSetup, want string) {
 		t.Helper()
@@ -491,6 +495,7 @@ func testUpgradeFromTheWriterLease(t *testing.T, e engine) {
 			t.Errorf("%s/%d is %s: %s", part.Topic, part.Partition, part.State, part.Reason)
 		}
 	}
+	w.check(t)
 }
 
 // waitActive polls the agents' /readyz until one other than old answers 200,
