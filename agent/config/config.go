@@ -54,8 +54,8 @@ type File struct {
 	// ClientCAFile, with TLS, requires API callers (but /healthz and
 	// /readyz) to present a client certificate this CA signed.
 	ClientCAFile string `hcl:"client_ca_file,optional"`
-	// AgentID names this agent in the group (its static member id) or the
-	// writer lease, describe and logs (default HOSTNAME-PID).
+	// AgentID names this agent in the group (its static member id),
+	// describe and logs (default HOSTNAME-PID).
 	AgentID string `hcl:"agent_id,optional"`
 	// LeaseDuration and LeaseRequestTimeout were the writer lease's
 	// settings; the lease was removed, and Check says what to set
@@ -194,8 +194,8 @@ func (f *File) Check() error {
 			return err
 		}
 	}
-	switch {
-	case f.LeaseDuration == "0s" || f.LeaseDuration == "0":
+	switch d, err := time.ParseDuration(f.LeaseDuration); {
+	case err == nil && d == 0:
 		return errors.New(`lease_duration: the writer lease was removed; for one agent without a group (what lease_duration = "0s" was), set coordination = "single" instead`)
 	case f.LeaseDuration != "" || f.LeaseRequestTimeout != "" || f.Coordination == "lease":
 		field := "lease_duration"

@@ -175,6 +175,7 @@ func TestCoordination(t *testing.T) {
 		{`lease_duration = "15s"`, "", `lease_duration: the writer lease was removed; remove it, and the agents form a group`},
 		{`lease_duration = "0s"`, "", `lease_duration: the writer lease was removed; for one agent without a group (what lease_duration = "0s" was), set coordination = "single"`},
 		{`lease_request_timeout = "10s"`, "", `lease_request_timeout: the writer lease was removed; remove it`},
+		{`lease_duration = "0ms"`, "", `set coordination = "single" instead`},
 		{`coordination = "lease"`, "", `coordination = "lease": the writer lease was removed; remove it`},
 		{"coordination = \"single\"\ngroup_session_timeout = \"6s\"", "", `group_session_timeout: it applies to coordination = "group" only`},
 		{`coordination = "leader"`, "", `coordination "leader": use group`},

@@ -51,11 +51,6 @@ func testDemo(t *testing.T, e engine) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
 	cmd.WaitDelay = 30 * time.Second
-	t.Cleanup(func() {
-		if cmd.Process != nil {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // whatever ignored SIGTERM
-		}
-	})
 	// Real brokers start slower and take the producers' first records
 	// later: a longer watch leaves every partition the records the
 	// checks below read at offset 500.
@@ -66,6 +61,11 @@ func testDemo(t *testing.T, e engine) {
 	cmd.Env = append(os.Environ(), "DEMO_SECONDS="+watch, "KMIRROR_ENGINE="+string(e.kind), "KMIRROR_KAFKA_VERSION="+e.version)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
+		// Whatever of the group ignored SIGTERM (only on failure: after
+		// a clean exit the group id is free for reuse).
+		if cmd.Process != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}
 		t.Fatalf("demo failed: %v\n%s%s", err, out, demoLogTails(root))
 	}
 	text := string(out)

@@ -548,6 +548,17 @@ func runProducer(t *testing.T, prod *workload.Producer) func() workload.Stats {
 	ch := make(chan result, 1)
 	go func() {
 		st, err := prod.Run(ctx)
+		if err != nil && ctx.Err() == nil {
+			// Stopped on its own: said now, as a test waiting for the
+			// source to grow would otherwise fail on a timeout without
+			// the cause. (The test waits for this goroutine before it
+			// ends: stop and the cleanup below read ch.)
+			var acked int64
+			for _, n := range prod.Acked() {
+				acked += n
+			}
+			t.Logf("producer of %s stopped after %d acknowledged records: %v", prod.Spec().Topic, acked, err)
+		}
 		ch <- result{st, err}
 	}()
 	var once sync.Once

@@ -254,7 +254,8 @@ func (r *Reader) Status() Status {
 	return st
 }
 
-// Changed is closed at the next fetch of lease records.
+// Changed is closed at the next fetch of the state topic (lease records or
+// not).
 func (r *Reader) Changed() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()

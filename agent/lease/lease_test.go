@@ -2,7 +2,6 @@ package lease
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -81,16 +80,13 @@ func TestReader(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	writeRecord := func(r record) {
+	imitate := func(kind string) {
 		t.Helper()
-		b, err := json.Marshal(r)
-		if err != nil {
+		if err := Imitate(ctx, opts, topic, kind, "old-agent", 1, 15*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		write(r.key(), b)
 	}
-	r0 := record{Kind: "claim", Agent: "old-agent", Instance: "i1", Epoch: 1, DurationMs: 15000}
-	writeRecord(r0)
+	imitate(KindClaim)
 	write("mirror/dr", []byte(`{"name":"dr"}`))
 	write(keyPrefix+"renew", []byte("not json"))
 
@@ -103,7 +99,7 @@ func TestReader(t *testing.T) {
 		t.Fatalf("after Open: %+v; want old-agent holding epoch 1 (15s), renewed just now", st)
 	}
 	changed := r.Changed()
-	writeRecord(record{Kind: "release", Agent: "old-agent", Instance: "i1", Epoch: 1})
+	imitate(KindRelease)
 	for r.Status().Holder != "" {
 		select {
 		case <-ctx.Done():

@@ -177,9 +177,11 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 	fixed := fixedItems(items)
 	// Weights measured earlier travel with their items; the owners'
 	// measurements replace them, and the leader's guess.
+	measured := map[string]bool{}
 	for k, w := range previousWeights(members) {
 		if _, ok := weights[k]; ok {
 			weights[k] = w
+			measured[k] = true
 		}
 	}
 	claims := map[string]int{}
@@ -195,13 +197,16 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 			if _, ok := weights[it.Key]; !ok || it.Weight > 0 {
 				weights[it.Key] = it.weight()
 			}
+			if it.Weight > 0 {
+				measured[it.Key] = true
+			}
 			claims[it.Key]++
 		}
 		for _, k := range m.meta.Released {
 			released[k] = true
 		}
 	}
-	guessed := guessUnmeasured(weights, homeOf, members)
+	guessed := guessUnmeasured(weights, homeOf, measured)
 	load := make([]int64, len(members))
 	mine := make([][]string, len(members))
 	moving := false
@@ -389,16 +394,16 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 			next[k] = Process{Agent: m.meta.Agent, Process: m.meta.Process}
 		}
 	}
-	measured := map[string]int64{}
+	told := map[string]int64{} // the weights told back: measured, not guessed
 	for k, w := range weights {
 		if w > 1 && !guessed[k] {
-			measured[k] = w
+			told[k] = w
 		}
 	}
 	for i, m := range members {
 		slices.Sort(mine[i])
 		slices.Sort(orphans[i])
-		out[m.id] = assignment{Version: 1, Items: mine[i], Orphans: orphans[i], Rejoin: moving, Members: loads, Owners: owners, Weights: measured, History: next, Complete: complete}
+		out[m.id] = assignment{Version: 1, Items: mine[i], Orphans: orphans[i], Rejoin: moving, Members: loads, Owners: owners, Weights: told, History: next, Complete: complete}
 	}
 	return out
 }
@@ -411,18 +416,7 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 // 0; an idle item measures 1).
 // It returns the items it guessed, whose weights are not told back as
 // measured.
-func guessUnmeasured(weights map[string]int64, homeOf map[string]string, members []joined) (guessed map[string]bool) {
-	measured := map[string]bool{}
-	for k := range previousWeights(members) {
-		measured[k] = true
-	}
-	for _, m := range members {
-		for _, it := range m.meta.Owned {
-			if it.Weight > 0 {
-				measured[it.Key] = true
-			}
-		}
-	}
+func guessUnmeasured(weights map[string]int64, homeOf map[string]string, measured map[string]bool) (guessed map[string]bool) {
 	var sum, n int64
 	for k := range measured {
 		if _, ok := homeOf[k]; ok && weights[k] > 1 {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/partition"
-	"github.com/kmirror/kmirror/agent/writegate"
 	"github.com/kmirror/kmirror/agent/writer"
 	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
@@ -68,10 +67,4 @@ type Registry interface {
 	// under way (one may be waiting for the runner): the runner asks again
 	// at its next refresh.
 	AddMatchedTopics(ctx context.Context, mirror string, matched []string) (added []string, err error)
-}
-
-// gate asks ctx's checks (agent/writegate: the mirror's owner) whether
-// this agent may write now.
-func (c *Config) gate(ctx context.Context) error {
-	return writegate.Check(ctx)
 }

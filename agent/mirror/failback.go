@@ -53,6 +53,7 @@ import (
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/agent/statestore"
+	"github.com/kmirror/kmirror/agent/writegate"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 	"github.com/kmirror/kmirror/internal/mirrorspec"
 	"github.com/kmirror/kmirror/internal/verify"
@@ -366,7 +367,7 @@ func moveDivergent(ctx context.Context, cfg *Config, topic string, partitions in
 	}
 	// The side topic and its records are writes like any other: the
 	// writer lease is asked before each.
-	if err := cfg.gate(ctx); err != nil {
+	if err := writegate.Check(ctx); err != nil {
 		return fmt.Errorf("failback of topic %q: %w", topic, err)
 	}
 	resp, err := cfg.Admin.CreateTopic(ctx, partitions, -1, configs, side)
@@ -395,7 +396,7 @@ func moveDivergent(ctx context.Context, cfg *Config, topic string, partitions in
 			produceErr error
 		)
 		n, err := verify.ReadRecords(ctx, cfg.Destination, topic, p, fp.DivergentFrom, fp.End, verify.ReadCommitted, func(r *kgo.Record) error {
-			if err := cfg.gate(ctx); err != nil {
+			if err := writegate.Check(ctx); err != nil {
 				return err
 			}
 			out := &kgo.Record{Topic: side, Partition: p, Key: r.Key, Value: r.Value, Headers: slices.Clone(r.Headers), Timestamp: r.Timestamp}
@@ -436,7 +437,7 @@ func moveDivergent(ctx context.Context, cfg *Config, topic string, partitions in
 // deleteDestinationTopic deletes topic on the destination and waits until
 // metadata no longer shows it, so that creating it again makes a new topic.
 func deleteDestinationTopic(ctx context.Context, cfg *Config, topic string) error {
-	if err := cfg.gate(ctx); err != nil {
+	if err := writegate.Check(ctx); err != nil {
 		return err
 	}
 	resp, err := cfg.Admin.DeleteTopic(ctx, topic)

@@ -25,6 +25,7 @@ import (
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/metasync"
 	"github.com/kmirror/kmirror/agent/partition"
+	"github.com/kmirror/kmirror/agent/writegate"
 	"github.com/kmirror/kmirror/internal/mirrorspec"
 )
 
@@ -139,7 +140,7 @@ func (m *Runner) syncLoop(ctx context.Context, kind metasync.Kind, run syncRun) 
 		// The mirror's owner is checked before every sync run, as
 		// before every other write: an agent that lost the mirror, or
 		// was frozen past its session, syncs nothing more.
-		err := m.cfg.gate(ctx)
+		err := writegate.Check(ctx)
 		if err == nil {
 			rctx, cancel := context.WithTimeout(ctx, syncTimeout)
 			res, err = run(rctx, spec)

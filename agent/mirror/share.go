@@ -133,8 +133,8 @@ func (m *Runner) holdBack(ctx context.Context, tp fetcher.TP) bool {
 		return false
 	}
 	key := PartitionKey(m.rec.Spec.Name, tp)
-	if v, ok := m.cfg.Store.Get(key); ok {
-		if _, unplaced := Placement(v); unplaced {
+	if raw, ok := m.cfg.Store.Get(key); ok {
+		if _, unplaced := Placement(raw); unplaced {
 			m.hold(tp)
 		}
 		return true

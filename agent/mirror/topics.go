@@ -76,7 +76,7 @@ func (m *Runner) syncTopic(ctx context.Context, mgr *topics.Manager, source sour
 	}
 	// Ensure may create the topic, add partitions and set configs:
 	// writes, so the writer lease is checked first.
-	if err := m.cfg.gate(ctx); err != nil {
+	if err := writegate.Check(ctx); err != nil {
 		return err
 	}
 	info, err := mgr.Ensure(ctx, topic)

@@ -194,23 +194,17 @@ func (m *Mirror) drain(ctx context.Context) error {
 // every offset after it; discard then fails the partition. Waiting means
 // nothing the partition sent is still on its way when Run reads the
 // destination again. The end goes back to where the acknowledged writes
-// reach. A ctx that ended gets a grace of its own for the answers, unless
-// the agent may no longer write.
+// reach. A ctx that ended gets a grace of its own for the answers.
 func (m *Mirror) discard(ctx context.Context, cause error) error {
 	if len(m.flights) > 0 && m.flights[0].want < m.next {
 		// Not after a failed batch, which reap already went back to.
 		m.next, m.seq = m.flights[0].want, m.flights[0].seq
 	}
-	if ctx.Err() != nil && (m.cfg.Writer == nil || m.cfg.Writer.Allowed(context.Background()) == nil) {
-		// Stopping while this agent may still write (a clean stop: its
-		// lease is released once the answers are in), or stopping a
-		// mirror the agents' group takes from this agent (its checks in
-		// ctx fail at once, but nobody writes it before this agent
-		// releases it, after these answers). Once the writer lease went
-		// to another agent, the answers decide nothing it will act on,
-		// the new owner fences or deduplicates what is still on its way,
-		// and waiting for them would keep this agent from its next claim
-		// of the lease for the grace.
+	if ctx.Err() != nil {
+		// Stopping (a clean stop, or a mirror the agents' group takes
+		// from this agent: its checks in ctx fail at once, but nobody
+		// writes it before this agent releases it, after these
+		// answers).
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), drainGrace)
 		defer cancel()

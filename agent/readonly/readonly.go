@@ -54,13 +54,6 @@ type Option func(*Enforcer)
 // user.
 func WithClient(cl *kgo.Client) Option { return func(e *Enforcer) { e.cl = cl } }
 
-// allowed asks ctx's checks (agent/writegate: the mirror's owner) whether
-// this agent may write now, before it creates or deletes an ACL (Check's
-// probe included).
-func (e *Enforcer) allowed(ctx context.Context) error {
-	return writegate.Check(ctx)
-}
-
 // Enforcer creates and removes the read-only ACLs of mirror topics. It is
 // safe for concurrent use.
 type Enforcer struct {
@@ -135,7 +128,7 @@ func (e *Enforcer) Enforce(ctx context.Context, topic string) (enforced bool, er
 
 // create creates the DENY; see Enforce.
 func (e *Enforcer) create(ctx context.Context, topic string) (bool, error) {
-	if err := e.allowed(ctx); err != nil {
+	if err := writegate.Check(ctx); err != nil {
 		return false, fmt.Errorf("readonly: creating the DENY WRITE %s ACL on topic %q: %w", Principal, topic, err)
 	}
 	rs, err := e.adm.CreateACLs(ctx, denyWrite(topic))
@@ -170,7 +163,7 @@ func (e *Enforcer) Release(ctx context.Context, topic string) error {
 	if topic == "" {
 		return errors.New("readonly: Release: empty topic name")
 	}
-	if err := e.allowed(ctx); err != nil {
+	if err := writegate.Check(ctx); err != nil {
 		return fmt.Errorf("readonly: deleting the DENY WRITE %s ACL on topic %q: %w", Principal, topic, err)
 	}
 	rs, err := e.adm.DeleteACLs(ctx, denyWrite(topic))
@@ -324,7 +317,7 @@ func (e *Enforcer) Check(ctx context.Context) (Status, error) {
 }
 
 func (e *Enforcer) check(ctx context.Context) (Status, error) {
-	if err := e.allowed(ctx); err != nil {
+	if err := writegate.Check(ctx); err != nil {
 		return Status{}, fmt.Errorf("readonly: checking the destination: %w", err)
 	}
 	var b [8]byte

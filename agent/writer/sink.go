@@ -390,47 +390,42 @@ func (s *sink) issueLoop() {
 // each of its items when the response comes.
 func (s *sink) send(r *request) {
 	// The gates are asked here, when the request leaves, not when its
-	// items were queued: the writer's for the whole request, each item's
-	// own (its mirror's owner) for that item alone, so that a mirror this
-	// agent no longer owns stops without failing the others' batches.
-	var answer *call
-	if err := s.w.Allowed(context.Background()); err != nil {
-		answer = failedCall(nil, err)
-	} else {
-		// Items of one mirror share its gate: each is asked once. Without
-		// gates (an agent alone), nothing is asked or allocated.
-		var asked map[*writegate.Gate]error
-		send := r.items
-		for i, p := range r.items {
-			var err error
-			if p.gate != nil {
-				var ok bool
-				if err, ok = asked[p.gate]; !ok {
-					err = p.gate.Check()
-					if asked == nil {
-						asked = map[*writegate.Gate]error{}
-					}
-					asked[p.gate] = err
+	// items were queued: each item's own (its mirror's owner) for that item
+	// alone, so that a mirror this agent no longer owns stops without
+	// failing the others' batches. Items of one mirror share its gate: each
+	// is asked once. Without gates (an agent alone), nothing is asked or
+	// allocated.
+	var asked map[*writegate.Gate]error
+	send := r.items
+	for i, p := range r.items {
+		var err error
+		if p.gate != nil {
+			var ok bool
+			if err, ok = asked[p.gate]; !ok {
+				err = p.gate.Check()
+				if asked == nil {
+					asked = map[*writegate.Gate]error{}
 				}
-			}
-			switch {
-			case err != nil && r.refused == nil:
-				r.refused = map[int]error{i: err}
-				send = slices.Clone(r.items[:i])
-			case err != nil:
-				r.refused[i] = err
-			case r.refused != nil:
-				send = append(send, p)
+				asked[p.gate] = err
 			}
 		}
 		switch {
-		case len(send) == 0:
-			answer = nil // every item refused: nothing left, no broker asked
-		case r.markers:
-			answer = s.w.issue(s.lane, markersRequest(send))
-		default:
-			answer = s.w.issue(s.lane, s.w.produceRequest(nil, send))
+		case err != nil && r.refused == nil:
+			r.refused = map[int]error{i: err}
+			send = slices.Clone(r.items[:i])
+		case err != nil:
+			r.refused[i] = err
+		case r.refused != nil:
+			send = append(send, p)
 		}
+	}
+	var answer *call // nil when every item was refused: no broker asked
+	switch {
+	case len(send) == 0:
+	case r.markers:
+		answer = s.w.issue(s.lane, markersRequest(send))
+	default:
+		answer = s.w.issue(s.lane, s.w.produceRequest(nil, send))
 	}
 	go s.finish(r, answer)
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kmirror/kmirror/agent/writegate"
 )
 
 // Producer is a destination producer id and epoch.
@@ -65,7 +67,7 @@ func retryConcurrent(ctx context.Context, fn func() error) error {
 func (w *Writer) InitTxn(ctx context.Context, txnID string, timeout time.Duration) (Producer, error) {
 	var p Producer
 	err := retryConcurrent(ctx, func() error {
-		if err := w.Allowed(ctx); err != nil {
+		if err := writegate.Check(ctx); err != nil {
 			return err
 		}
 		req := kmsg.NewPtrInitProducerIDRequest()
@@ -94,7 +96,7 @@ func (w *Writer) InitTxn(ctx context.Context, txnID string, timeout time.Duratio
 // marker there even when no data was written.
 func (w *Writer) AddPartition(ctx context.Context, txnID string, p Producer, topic string, partition int32) error {
 	err := retryConcurrent(ctx, func() error {
-		if err := w.Allowed(ctx); err != nil {
+		if err := writegate.Check(ctx); err != nil {
 			return err
 		}
 		req := kmsg.NewPtrAddPartitionsToTxnRequest()
@@ -132,7 +134,7 @@ func (w *Writer) AddPartition(ctx context.Context, txnID string, p Producer, top
 // (WaitSettled).
 func (w *Writer) EndTxn(ctx context.Context, txnID string, p Producer, commit bool) error {
 	err := retryConcurrent(ctx, func() error {
-		if err := w.Allowed(ctx); err != nil {
+		if err := writegate.Check(ctx); err != nil {
 			return err
 		}
 		req := kmsg.NewPtrEndTxnRequest()

@@ -89,12 +89,6 @@ type Writer struct {
 // another agent writes the partition. Call it before the first write.
 func (w *Writer) SetMarkersDeadline(d time.Duration) { w.markersDeadline = d }
 
-// Allowed returns the verdict on a write about to be sent on behalf of ctx:
-// nil while ctx's checks (agent/writegate: the mirror's owner) pass.
-func (w *Writer) Allowed(ctx context.Context) error {
-	return writegate.Check(ctx)
-}
-
 // New returns a writer using cl, which must have been made with ClientOpts.
 func New(cl *kgo.Client, meta *leaders.Cache) *Writer {
 	w := &Writer{cl: cl, meta: meta, timeout: 30 * time.Second, maxInflight: defaultMaxInflight,
@@ -136,7 +130,7 @@ func (w *Writer) Meta() *leaders.Cache { return w.meta }
 
 // InitProducerID allocates an idempotent producer id (no transactional id).
 func (w *Writer) InitProducerID(ctx context.Context) (int64, int16, error) {
-	if err := w.Allowed(ctx); err != nil {
+	if err := writegate.Check(ctx); err != nil {
 		return 0, 0, fmt.Errorf("allocating a producer id on the destination: %w", err)
 	}
 	req := kmsg.NewPtrInitProducerIDRequest()
@@ -227,7 +221,7 @@ func (w *Writer) produceAlone(ctx context.Context, txnID *string, topic string, 
 	if err != nil {
 		return -1, &ProduceError{Topic: topic, Partition: partition, Err: err}
 	}
-	if err := w.Allowed(ctx); err != nil {
+	if err := writegate.Check(ctx); err != nil {
 		return -1, &ProduceError{Topic: topic, Partition: partition, Err: err}
 	}
 	req := w.produceRequest(txnID, []*pending{{tp: topicPart{topic, partition}, batch: batch}})
@@ -308,7 +302,7 @@ func (w *Writer) DeleteRecords(ctx context.Context, topic string, partition int3
 	if err != nil {
 		return fmt.Errorf("deleting records of %s/%d below %d: %w", topic, partition, offset, err)
 	}
-	if err := w.Allowed(ctx); err != nil {
+	if err := writegate.Check(ctx); err != nil {
 		return fmt.Errorf("deleting records of %s/%d below %d: %w", topic, partition, offset, err)
 	}
 	req := kmsg.NewPtrDeleteRecordsRequest()

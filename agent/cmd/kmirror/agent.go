@@ -386,12 +386,16 @@ func (r *agentRun) waitLeaseAgents(ctx context.Context, id string) (dead int64, 
 	r.log.Warn("waiting for the agents of the writer lease (an earlier release) on this state topic to stop (stop them to move their mirrors to this agent)", "holder", st.Holder, "epoch", st.Epoch, "lease_duration", st.Duration)
 	holder := st.Holder
 	for {
+		// Woken by the next lease record, or when the holder's lease
+		// (twice, plus its requests' timeout) has run out without one.
+		changed := l.Changed()
 		now := l.Status()
+		runOut := 2*now.Duration + lease.DefaultRequestTimeout
 		switch {
 		case now.Holder == "":
 			r.log.Info("the writer lease was released: starting", "epoch", now.Epoch)
 			return 0, nil
-		case now.SinceRenewal > 2*now.Duration+lease.DefaultRequestTimeout:
+		case now.SinceRenewal > runOut:
 			r.log.Warn("the writer lease's holder stopped renewing it without releasing it: starting", "holder", now.Holder, "epoch", now.Epoch, "since_renewal", now.SinceRenewal)
 			return now.Epoch, nil
 		case now.Holder != holder:
@@ -401,7 +405,8 @@ func (r *agentRun) waitLeaseAgents(ctx context.Context, id string) (dead int64, 
 		select {
 		case <-ctx.Done():
 			return 0, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		case <-changed:
+		case <-time.After(runOut - now.SinceRenewal + time.Millisecond):
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kmirror/kmirror/agent/config"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
@@ -104,7 +105,7 @@ func statusLine(st mirrorapi.AgentStatus) string {
 		// Waiting for the agents of an earlier release to stop.
 		return fmt.Sprintf("agent %s (coordination = %q): waits for the writer lease's agents (an earlier release) to stop; epoch %d held by %s (lease %v)",
 			st.AgentID, st.Coordination, st.LeaseEpoch, st.LeaseHolder, time.Duration(st.LeaseDurationMs)*time.Millisecond)
-	case st.Coordination == "single":
+	case st.Coordination == config.CoordinationSingle:
 		return fmt.Sprintf("agent %s: runs every mirror alone (coordination = \"single\")", st.AgentID)
 	default:
 		return fmt.Sprintf("agent %s: one of %d agents of the group (generation %d) that divide the mirrors:", st.AgentID, len(st.GroupMembers), st.GroupGeneration)
