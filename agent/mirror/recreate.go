@@ -9,38 +9,78 @@ package mirror
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/internal/reason"
 )
 
-// recreates are the topics a recover with recreate is deleting and
-// creating again: topic syncs leave them alone meanwhile.
+// recreates keeps recover with recreate and the topic sync apart: while a
+// topic is deleted and created again, the sync must not create it first
+// from the source (it would take the source's configs, and the recreate's
+// own create, with the configs set on the destination topic, would find it
+// there). A recreate waits for a sync of its topic already under way, and
+// syncs skip the topic until the recreate ends.
 type recreates struct {
-	mu     sync.Mutex
-	topics map[string]bool
+	mu      sync.Mutex
+	topics  map[string]bool          // being recreated
+	syncing map[string]chan struct{} // synced now; closed when the sync ends
 }
 
-// begin marks topic as being recreated until end is called.
-func (r *recreates) begin(topic string) (end func()) {
+// begin waits until no sync of topic is under way, then marks the topic as
+// being recreated until end is called.
+func (r *recreates) begin(ctx context.Context, topic string) (end func(), err error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.topics == nil {
 		r.topics = map[string]bool{}
 	}
 	r.topics[topic] = true
-	return func() {
+	synced := r.syncing[topic]
+	r.mu.Unlock()
+	end = func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		delete(r.topics, topic)
 	}
+	if synced != nil {
+		select {
+		case <-synced:
+		case <-ctx.Done():
+			end()
+			return nil, fmt.Errorf("waiting for the topic sync of %q to end: %w", topic, ctx.Err())
+		}
+	}
+	return end, nil
+}
+
+// sync marks topic as being synced until done is called; ok is false, and
+// the topic must not be synced, while it is being recreated.
+func (r *recreates) sync(topic string) (done func(), ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.topics[topic] {
+		return nil, false
+	}
+	if r.syncing == nil {
+		r.syncing = map[string]chan struct{}{}
+	}
+	ch := make(chan struct{})
+	r.syncing[topic] = ch
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(r.syncing, topic)
+		close(ch)
+	}, true
 }
 
 // underway says whether topic is being recreated.
@@ -53,7 +93,11 @@ func (r *recreates) underway(topic string) bool {
 // recreateTopic recreates topic on the destination and restarts the
 // partitions of targets that belong to it.
 func (m *Runner) recreateTopic(ctx context.Context, topic string, targets []target) error {
-	defer m.recreates.begin(topic)()
+	end, err := m.recreates.begin(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("recover with recreate of topic %q: %w", topic, err)
+	}
+	defer end()
 	// Partitions of the topic that still mirror write to the topic about
 	// to be deleted: halted first, started again by restartPartition.
 	for _, tg := range targets {
@@ -81,10 +125,18 @@ func (m *Runner) recreateTopic(ctx context.Context, topic string, targets []targ
 		if err == nil {
 			err = resp.Err
 		}
-		if err != nil {
+		switch {
+		case errors.Is(err, kerr.TopicAlreadyExists):
+			// Something outside this agent created it in between: it
+			// still gets the configs that were set on the old one.
+			if err := setOverrides(ctx, m.cfg.Admin, topic, configs); err != nil {
+				return fmt.Errorf("recover with recreate of topic %q: it was created by another client after its deletion, and setting the configs of the deleted topic on it failed (set them by hand: %s): %w", topic, formatConfigs(configs), err)
+			}
+			m.log.Warn("recover with recreate: the destination topic was created by another client after its deletion; the configs of the deleted topic were set on it", "topic", topic, "configs", formatConfigs(configs))
+		case err != nil:
 			// The mirror creates it at its next look, from the source.
-			m.log.Error("recover with recreate: creating the topic again with its configs failed; the mirror creates it from the source's", "topic", topic, "error", err)
-		} else {
+			m.log.Error("recover with recreate: creating the topic again with its configs failed; the mirror creates it from the source's; set these configs on it again by hand", "topic", topic, "configs", formatConfigs(configs), "error", err)
+		default:
 			m.log.Warn("recover with recreate: destination topic recreated", "topic", topic, "partitions", len(td.Partitions), "topic_id", resp.ID.String())
 		}
 	}
@@ -139,4 +191,37 @@ func topicOverrides(ctx context.Context, adm *kadm.Client, topic string) (map[st
 		}
 	}
 	return out, nil
+}
+
+// setOverrides sets configs on topic, leaving its other configs as they are.
+func setOverrides(ctx context.Context, adm *kadm.Client, topic string, configs map[string]*string) error {
+	if len(configs) == 0 {
+		return nil
+	}
+	var alters []kadm.AlterConfig
+	for k, v := range configs {
+		alters = append(alters, kadm.AlterConfig{Name: k, Value: v})
+	}
+	rs, err := adm.AlterTopicConfigs(ctx, alters, topic)
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		if r.Err != nil {
+			return r.Err
+		}
+	}
+	return nil
+}
+
+// formatConfigs lists configs as key=value, sorted.
+func formatConfigs(configs map[string]*string) string {
+	kv := make([]string, 0, len(configs))
+	for k, v := range configs {
+		if v != nil {
+			kv = append(kv, k+"="+*v)
+		}
+	}
+	slices.Sort(kv)
+	return strings.Join(kv, ",")
 }

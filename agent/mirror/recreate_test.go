@@ -1,6 +1,9 @@
 package mirror
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,16 +15,69 @@ import (
 	"github.com/kmirror/kmirror/internal/reason"
 )
 
-// TestRecreates: a topic is being recreated from begin to end.
+// TestRecreates: a topic is being recreated from begin to end, and the
+// topic sync skips it meanwhile; a recreate waits for a sync of its topic
+// already under way (the sync would create the deleted topic from the
+// source's configs), and gives up when its context ends.
 func TestRecreates(t *testing.T) {
+	ctx := testCtx(t)
 	var r recreates
-	end := r.begin("orders")
+	end, err := r.begin(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !r.underway("orders") || r.underway("payments") {
 		t.Fatal("begin marks the wrong topics")
 	}
+	if _, ok := r.sync("orders"); ok {
+		t.Error("orders synced while it is being recreated")
+	}
+	done, ok := r.sync("payments")
+	if !ok {
+		t.Fatal("payments not synced while orders is being recreated")
+	}
+	done()
 	end()
 	if r.underway("orders") {
 		t.Error("still underway after end")
+	}
+
+	done, ok = r.sync("orders")
+	if !ok {
+		t.Fatal("orders not synced after its recreate ended")
+	}
+	began := make(chan error, 1)
+	go func() {
+		end, err := r.begin(ctx, "orders")
+		if err == nil {
+			defer end()
+		}
+		began <- err
+	}()
+	select {
+	case err := <-began:
+		t.Fatalf("begin returned (%v) while a sync of the topic was under way", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	done()
+	select {
+	case err := <-began:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("begin still waits after the sync ended")
+	}
+
+	done, _ = r.sync("orders")
+	defer done()
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := r.begin(cctx, "orders"); !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), `waiting for the topic sync of "orders" to end`) {
+		t.Errorf("begin with its context ended during a sync: %v", err)
+	}
+	if r.underway("orders") {
+		t.Error("a recreate that gave up still marks the topic")
 	}
 }
 
@@ -132,4 +188,34 @@ func topicIDOf(t *testing.T, e *testEnv, topic string) [16]byte {
 		t.Fatalf("listing %s: %v, %v", topic, err, tds[topic].Err)
 	}
 	return tds[topic].ID
+}
+
+// TestSetOverrides: what a recreate sets on a topic that another client
+// created after the deletion: the deleted topic's configs, the topic's
+// other configs untouched.
+func TestSetOverrides(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	ctx := testCtx(t)
+	cleanup := "compact"
+	if resp, err := e.dstAdm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &cleanup}, "orders"); err != nil || resp.Err != nil {
+		t.Fatalf("creating orders: %v, %v", err, resp.Err)
+	}
+	retention, segment := "1234", "567890"
+	configs := map[string]*string{"retention.ms": &retention, "segment.bytes": &segment}
+	if got := formatConfigs(configs); got != "retention.ms=1234,segment.bytes=567890" {
+		t.Errorf("formatConfigs: %s", got)
+	}
+	if err := setOverrides(ctx, e.dstAdm, "orders", configs); err != nil {
+		t.Fatal(err)
+	}
+	got, err := topicOverrides(ctx, e.dstAdm, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := formatConfigs(got); s != "cleanup.policy=compact,retention.ms=1234,segment.bytes=567890" {
+		t.Errorf("configs set on orders: %s", s)
+	}
+	if err := setOverrides(ctx, e.dstAdm, "missing", configs); err == nil {
+		t.Error("no error setting configs on a topic that does not exist")
+	}
 }

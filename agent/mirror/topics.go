@@ -23,10 +23,12 @@ func (m *Runner) syncTopics(ctx context.Context, mgr *topics.Manager, source sou
 	names := append([]string(nil), m.spec.Topics...)
 	m.mu.Unlock()
 	for _, topic := range names {
-		if m.recreates.underway(topic) {
+		done, ok := m.recreates.sync(topic)
+		if !ok {
 			continue // recreateTopic restarts its partitions
 		}
 		err := m.syncTopic(ctx, mgr, source, f, topic)
+		done()
 		m.mu.Lock()
 		if err != nil {
 			if m.topicErrs[topic] != err.Error() {

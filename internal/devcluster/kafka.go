@@ -166,6 +166,9 @@ func startKafka(cfg config) (*Cluster, error) {
 	e := &kafkaEngine{version: version, libs: libs, root: cfg.dataDir, link: cfg.link,
 		java: []string{"-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:MaxDirectMemorySize=256m",
 			"-Djava.awt.headless=true", "-Djava.net.preferIPv4Stack=true"}}
+	// For profiling the brokers, e.g. with Java Flight Recorder:
+	// KMIRROR_KAFKA_JVM_OPTS="-XX:StartFlightRecording=filename=/tmp/jfr/".
+	e.java = append(e.java, strings.Fields(os.Getenv("KMIRROR_KAFKA_JVM_OPTS"))...)
 	if e.root == "" {
 		if e.root, err = os.MkdirTemp("", "kmirror-kafka-"+cfg.name+"-"); err != nil {
 			return nil, fmt.Errorf("devcluster: %w", err)
