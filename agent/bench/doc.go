@@ -32,7 +32,8 @@
 //     to either cluster (internal/netshape), a transactional source written
 //     by the Java producer and its plain twin, a compacted source with 50%
 //     holes; MB/s, CPU-seconds per GB and peak RSS of each, and the
-//     destination brokers' CPU-seconds per GB, as ratios.
+//     destination brokers' CPU-seconds per GB, as ratios; and the agent's
+//     write requests per MB and what each carried (its /metrics).
 //   - BenchmarkAgents: 1, 2 and 3 `kmirror agent` processes with
 //     coordination = "group", each GOMAXPROCS=1, copying six sources (one
 //     mirror each, 2400 MB of 1 KiB values) between the same two Kafka
@@ -54,5 +55,7 @@
 // KMIRROR_BENCH_PAD change the throughput payload (MB), the payload of
 // BenchmarkMirrorMaker's plain source (MB) and the padding target (offsets
 // per partition); KMIRROR_MM2_VERSION the MirrorMaker release;
-// KMIRROR_BENCH_PEERS picks BenchmarkMirrorMaker's scenarios by name.
+// KMIRROR_BENCH_PEERS picks BenchmarkMirrorMaker's scenarios by name, and
+// KMIRROR_KAFKA_JVM_OPTS adds options to the Kafka brokers' JVMs (such as
+// -XX:StartFlightRecording=settings=profile, dumped with jcmd PID JFR.dump).
 package bench

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"regexp"
 	"slices"
@@ -13,9 +14,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kmirror/kmirror/agent/writer"
 	"github.com/kmirror/kmirror/internal/clientop"
 	"github.com/kmirror/kmirror/internal/devcluster"
 	"github.com/kmirror/kmirror/internal/javaclient"
@@ -157,7 +161,8 @@ type peerSource struct {
 // peerRun is one contender's copy of one source in one scenario.
 type peerRun struct {
 	result
-	hwm int64 // peak RSS, bytes
+	hwm    int64        // peak RSS, bytes
+	writes writer.Stats // kmirror's requests to the destination (none for MM2)
 }
 
 func (r peerRun) cpuPerGB() float64 { return r.cpu.Seconds() / (r.bytes / 1e9) }
@@ -257,6 +262,14 @@ func printPeers(b *testing.B, pe *peerEnv, ss []*peerScenario, took time.Duratio
 	w.Flush()
 	figure("kmirror against MirrorMaker 2 %s on %s (MB/s of source batches and CPU over the window from a tenth of the copy to its end, or %s at most; peak RSS over the whole run; ratios kmirror/MM2; whole benchmark %.0fs):\n%s",
 		mirrormaker.DefaultVersion, pe.engineName(), peerLimit, took.Seconds(), strings.TrimRight(sb.String(), "\n"))
+	// What each request to the destination carried: the broker does a
+	// share of its work per request, whatever it carries.
+	for _, s := range ss {
+		w, mb := s.kmirror.writes, float64(s.src.stored)/MB
+		per := func(items, reqs int64) float64 { return float64(items) / max(float64(reqs), 1) }
+		figure("  %s: kmirror wrote with %.1f requests per MB: %d produce (%.2f batches each), %d WriteTxnMarkers (%.2f markers each), %d transactional produce",
+			s.name, float64(w.Produce+w.Markers+w.ProduceTxn)/mb, w.Produce, per(w.ProduceBatches, w.Produce), w.Markers, per(w.MarkersWritten, w.Markers), w.ProduceTxn)
+	}
 	ratio := func(a, b peerRun) float64 { return a.mbps() / b.mbps() }
 	for _, s := range ss {
 		unit := strings.NewReplacer(" ", "-", ",", "", "%", "pct").Replace(s.name)
@@ -457,6 +470,9 @@ func (pe *peerEnv) runKmirror(ctx context.Context, b *testing.B, src *peerSource
 	if _, run.hwm, err = memStatus(p.pid()); err != nil {
 		b.Fatal(err)
 	}
+	if run.writes, err = agentWrites(ctx, api); err != nil {
+		b.Fatal(err)
+	}
 	p.stop()
 	if err := deleteTopic(ctx, pe.dstAdm, src.topic); err != nil {
 		b.Fatal(err)
@@ -530,4 +546,38 @@ func (pe *peerEnv) runMM2(ctx context.Context, b *testing.B, src *peerSource) pe
 		b.Fatal(err)
 	}
 	return run
+}
+
+// agentWrites reads an agent's write request counters from its /metrics.
+func agentWrites(ctx context.Context, api string) (writer.Stats, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, api+"/metrics", nil)
+	if err != nil {
+		return writer.Stats{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return writer.Stats{}, fmt.Errorf("reading the agent's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return writer.Stats{}, fmt.Errorf("reading the agent's metrics: %w", err)
+	}
+	value := func(name, kind string) int64 {
+		for _, m := range fams[name].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" && l.GetValue() == kind {
+					return int64(m.GetCounter().GetValue())
+				}
+			}
+		}
+		return 0
+	}
+	const reqs, items = "kmirror_write_requests_total", "kmirror_write_request_items_total"
+	return writer.Stats{
+		Produce: value(reqs, "produce"), ProduceBatches: value(items, "produce"),
+		Markers: value(reqs, "markers"), MarkersWritten: value(items, "markers"),
+		ProduceTxn: value(reqs, "produce_txn"),
+	}, nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/kmirror/kmirror/agent/leaders"
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/kcat"
 	"github.com/kmirror/kmirror/internal/recordbatch"
 	"github.com/kmirror/kmirror/internal/workload"
@@ -560,7 +561,11 @@ func testBrokerFault(t *testing.T, eng engine, inject func(brokerEnv)) {
 	p := newPairOn(t, eng, pairOpts{srcBrokers: 3, dstBrokers: 3, topic: "brokers", partitions: partitions})
 	plain, txnTopic := p.topic, p.name("brokers-txn")
 	createTopic(t, p.srcCl, txnTopic, partitions, nil)
-	plainProd := workload.NewProducer(p.srcOpts(), workload.Spec{
+	// The producers' clients log to the test (shown when it fails): a
+	// producer that stops writing after a source broker moved then says
+	// what its client was doing.
+	prodOpts := append(p.srcOpts(), kgo.WithLogger(kgo.BasicLogger(devclustertest.Writer(t), kgo.LogLevelInfo, nil)))
+	plainProd := workload.NewProducer(prodOpts, workload.Spec{
 		Topic: plain, Partitions: partitions, Seed: 3, Codecs: workload.AllCodecs,
 		NullKeyEvery: 7, NullValueEvery: 13, Headers: true, ExplicitTimestamps: true,
 	}, 500)
@@ -570,7 +575,7 @@ func testBrokerFault(t *testing.T, eng engine, inject func(brokerEnv)) {
 	// every other one aborted: record k of transaction k goes to
 	// partition k%3, so each partition sees both fates. Every one of them
 	// is a coordinator round trip of the agent's on the destination.
-	txn := &pausable{t: t, opts: p.srcOpts(), rate: 10, spec: workload.Spec{
+	txn := &pausable{t: t, opts: prodOpts, rate: 10, spec: workload.Spec{
 		Topic: txnTopic, Partitions: partitions, Seed: 4, Codecs: []string{workload.CodecNone, workload.CodecZstd},
 		TransactionalID: p.name("brokers-txn"), AbortEvery: 2, Headers: true,
 	}}

@@ -21,6 +21,9 @@
 //	                            rate(kmirror_fetch_requests_total[…]) whole agent
 //	MinFetchRate                min by (mirror) (rate(kmirror_mirror_fetch_requests_total[…]))
 //	(fetched bytes per second)  rate(kmirror_mirror_fetched_bytes_total[…])
+//	(write requests per second) rate(kmirror_write_requests_total[…]) by kind, whole
+//	                            agent; kmirror_write_request_items_total over it is
+//	                            batches or markers per request
 //	DeadThreadCount             kmirror_mirror_dead_fetchers{mirror}: source broker fetch
 //	                            loops whose last fetch failed (they retry with backoff
 //	                            rather than die)
@@ -59,6 +62,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kmirror/kmirror/agent/fetcher"
+	"github.com/kmirror/kmirror/agent/writer"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
 )
 
@@ -133,6 +137,10 @@ var (
 		"Fetch requests that failed (transport or request-level error), all mirrors.", nil, nil)
 	descFetchThrottle = prometheus.NewDesc("kmirror_fetch_throttle_seconds_total",
 		"Throttle time source brokers reported in fetch responses (client quotas), all mirrors.", nil, nil)
+	descWriteRequests = prometheus.NewDesc("kmirror_write_requests_total",
+		"Requests the agent sent to destination brokers to write, all mirrors, by kind: produce (plain batches of many partitions), markers (WriteTxnMarkers: filler markers), produce_txn (a batch of aborted source records, alone).", []string{"kind"}, nil)
+	descWriteItems = prometheus.NewDesc("kmirror_write_request_items_total",
+		"What those requests carried, by kind: batches (produce, produce_txn) or markers (markers); divided by kmirror_write_requests_total, how well writes coalesce.", []string{"kind"}, nil)
 )
 
 // Collector is a prometheus.Collector over a Source. Until SetSource is
@@ -153,7 +161,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		descLag, descLagSeconds, descSourceAge, descBytes, descRecords, descLost, descRetries, descReason,
 		descMaxLag, descFailed, descStates, descBuffered, descMirrorError, descTopicError,
 		descSyncErrors, descSyncSuccess, descSyncItems,
-		descFetchRequests, descFetchErrors, descFetchThrottle,
+		descFetchRequests, descFetchErrors, descFetchThrottle, descWriteRequests, descWriteItems,
 		descMirrorFetchRequests, descMirrorFetchErrors, descMirrorFetchedBytes, descDeadFetchers, descThrottleRate, descThrottled,
 	} {
 		ch <- d
@@ -166,6 +174,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descFetchRequests, prometheus.CounterValue, float64(fs.Requests))
 	ch <- prometheus.MustNewConstMetric(descFetchErrors, prometheus.CounterValue, float64(fs.Errors))
 	ch <- prometheus.MustNewConstMetric(descFetchThrottle, prometheus.CounterValue, float64(fs.ThrottleMillis)/1000)
+	ws := writer.ReadStats()
+	for _, w := range []struct {
+		kind            string
+		requests, items int64
+	}{{"produce", ws.Produce, ws.ProduceBatches}, {"markers", ws.Markers, ws.MarkersWritten}, {"produce_txn", ws.ProduceTxn, ws.ProduceTxn}} {
+		ch <- prometheus.MustNewConstMetric(descWriteRequests, prometheus.CounterValue, float64(w.requests), w.kind)
+		ch <- prometheus.MustNewConstMetric(descWriteItems, prometheus.CounterValue, float64(w.items), w.kind)
+	}
 
 	src := c.src.Load()
 	if src == nil {

@@ -198,6 +198,13 @@ func TestScrapeCoordinator(t *testing.T) {
 	if n, _ := s.value("kmirror_fetch_requests_total", nil); n < 1 {
 		t.Errorf("kmirror_fetch_requests_total = %v after mirroring", n)
 	}
+	// Every record was written in a produce request of some batches.
+	produce := map[string]string{"kind": "produce"}
+	if n, _ := s.value("kmirror_write_requests_total", produce); n < 1 {
+		t.Errorf("kmirror_write_requests_total{kind=produce} = %v after mirroring", n)
+	} else if b, _ := s.value("kmirror_write_request_items_total", produce); b < n {
+		t.Errorf("kmirror_write_request_items_total{kind=produce} = %v, below the %v requests", b, n)
+	}
 	if n, _ := s.value("kmirror_mirror_fetch_requests_total", mirror); n < 1 || float64(m.Fetch.Requests) < n {
 		t.Errorf("kmirror_mirror_fetch_requests_total = %v after mirroring; describe says %d later", n, m.Fetch.Requests)
 	}

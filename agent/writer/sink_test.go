@@ -1015,3 +1015,43 @@ func TestLaneOfSpreads(t *testing.T) {
 		t.Errorf("lane 1 of broker 1 carries %d partitions, want 1", use)
 	}
 }
+
+// TestStats: the process-wide counters count every request the writer
+// sends, and what it carries: plain produce requests and their batches,
+// WriteTxnMarkers requests and their markers, transactional produces.
+func TestStats(t *testing.T) {
+	f := start(t)
+	f.topic(t, "s", 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pid, epoch, err := f.w.InitProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := ReadStats()
+	if _, err := f.w.Produce(ctx, "s", 0, batch(t, pid, epoch, 0, 0, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.w.WriteMarkers(ctx, Producer{ID: 1 << 62}, "s", 0, 2); err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.w.InitTxn(ctx, "stats", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.w.AddPartition(ctx, "stats", p, "s", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.w.ProduceTxn(ctx, "stats", "s", 1, batch(t, p.ID, p.Epoch, 0, recordbatch.AttrTransactional, 1)); err != nil {
+		t.Fatal(err)
+	}
+	after := ReadStats()
+	got := Stats{
+		Produce: after.Produce - before.Produce, ProduceBatches: after.ProduceBatches - before.ProduceBatches,
+		Markers: after.Markers - before.Markers, MarkersWritten: after.MarkersWritten - before.MarkersWritten,
+		ProduceTxn: after.ProduceTxn - before.ProduceTxn,
+	}
+	if want := (Stats{Produce: 1, ProduceBatches: 1, Markers: 1, MarkersWritten: 2, ProduceTxn: 1}); got != want {
+		t.Errorf("counted %+v, want %+v", got, want)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -112,6 +113,7 @@ func New(cl *kgo.Client, meta *leaders.Cache) *Writer {
 // error that kept it off. Requests issued one after another reach the
 // broker in that order.
 func (w *Writer) issue(l lane, req kmsg.Request) *call {
+	count(req)
 	c, err := w.ordered(l)
 	if err == nil {
 		var k *call
@@ -330,4 +332,53 @@ func (w *Writer) DeleteRecords(ctx context.Context, topic string, partition int3
 		return fmt.Errorf("deleting records of %s/%d below %d: %w", topic, partition, offset, err)
 	}
 	return nil
+}
+
+// Stats counts the requests every Writer of this process sent to
+// destination brokers since it started, for the agent's metrics: each
+// request costs a broker a fixed share of its work, whatever it carries,
+// so batches (or markers) per request show how well writes coalesce.
+type Stats struct {
+	Produce, ProduceBatches int64 // plain produce requests and their batches
+	Markers, MarkersWritten int64 // WriteTxnMarkers requests and their markers
+	ProduceTxn              int64 // transactional produce requests (one batch each)
+}
+
+var stats struct {
+	produce, produceBatches, markers, markersWritten, produceTxn atomic.Int64
+}
+
+// ReadStats returns the process-wide write request counters.
+func ReadStats() Stats {
+	return Stats{
+		Produce: stats.produce.Load(), ProduceBatches: stats.produceBatches.Load(),
+		Markers: stats.markers.Load(), MarkersWritten: stats.markersWritten.Load(),
+		ProduceTxn: stats.produceTxn.Load(),
+	}
+}
+
+// count adds req, about to be sent, to the process-wide counters.
+func count(req kmsg.Request) {
+	switch r := req.(type) {
+	case *kmsg.ProduceRequest:
+		if r.TransactionID != nil {
+			stats.produceTxn.Add(1)
+			return
+		}
+		stats.produce.Add(1)
+		var n int64
+		for _, t := range r.Topics {
+			n += int64(len(t.Partitions))
+		}
+		stats.produceBatches.Add(n)
+	case *kmsg.WriteTxnMarkersRequest:
+		stats.markers.Add(1)
+		var n int64
+		for _, m := range r.Markers {
+			for _, t := range m.Topics {
+				n += int64(len(t.Partitions))
+			}
+		}
+		stats.markersWritten.Add(n)
+	}
 }
