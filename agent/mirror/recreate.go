@@ -83,13 +83,6 @@ func (r *recreates) sync(topic string) (done func(), ok bool) {
 	}, true
 }
 
-// underway says whether topic is being recreated.
-func (r *recreates) underway(topic string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.topics[topic]
-}
-
 // recreateTopic recreates topic on the destination and restarts the
 // partitions of targets that belong to it.
 func (m *Runner) recreateTopic(ctx context.Context, topic string, targets []target) error {

@@ -219,3 +219,13 @@ func TestSetOverrides(t *testing.T) {
 		t.Error("no error setting configs on a topic that does not exist")
 	}
 }
+
+// underway says whether topic is being recreated: whether a sync of it is
+// refused.
+func (r *recreates) underway(topic string) bool {
+	done, ok := r.sync(topic)
+	if ok {
+		done()
+	}
+	return !ok
+}
