@@ -140,7 +140,7 @@ var (
 	descWriteRequests = prometheus.NewDesc("kmirror_write_requests_total",
 		"Requests the agent sent to destination brokers to write, all mirrors, by kind: produce (plain batches of many partitions), markers (WriteTxnMarkers: filler markers), produce_txn (a batch of aborted source records, alone).", []string{"kind"}, nil)
 	descWriteItems = prometheus.NewDesc("kmirror_write_request_items_total",
-		"What those requests carried, by kind: batches (produce, produce_txn) or markers (markers); divided by kmirror_write_requests_total, how well writes coalesce.", []string{"kind"}, nil)
+		"What those requests carried, by kind: batches (produce) or markers (markers); divided by kmirror_write_requests_total, how well writes coalesce (produce_txn requests carry one batch each).", []string{"kind"}, nil)
 )
 
 // Collector is a prometheus.Collector over a Source. Until SetSource is
@@ -178,10 +178,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, w := range []struct {
 		kind            string
 		requests, items int64
-	}{{"produce", ws.Produce, ws.ProduceBatches}, {"markers", ws.Markers, ws.MarkersWritten}, {"produce_txn", ws.ProduceTxn, ws.ProduceTxn}} {
+	}{{"produce", ws.Produce, ws.ProduceBatches}, {"markers", ws.Markers, ws.MarkersWritten}} {
 		ch <- prometheus.MustNewConstMetric(descWriteRequests, prometheus.CounterValue, float64(w.requests), w.kind)
 		ch <- prometheus.MustNewConstMetric(descWriteItems, prometheus.CounterValue, float64(w.items), w.kind)
 	}
+	// One batch each: no items series, which would repeat the requests.
+	ch <- prometheus.MustNewConstMetric(descWriteRequests, prometheus.CounterValue, float64(ws.ProduceTxn), "produce_txn")
 
 	src := c.src.Load()
 	if src == nil {

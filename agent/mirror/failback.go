@@ -366,7 +366,7 @@ func moveDivergent(ctx context.Context, cfg *Config, topic string, partitions in
 		"message.timestamp.after.max.ms":  kadm.StringPtr("9223372036854775807"),
 	}
 	// The side topic and its records are writes like any other: the
-	// writer lease is asked before each.
+	// mirror's owner (writegate) is asked before each.
 	if err := writegate.Check(ctx); err != nil {
 		return fmt.Errorf("failback of topic %q: %w", topic, err)
 	}

@@ -220,12 +220,9 @@ func TestSetOverrides(t *testing.T) {
 	}
 }
 
-// underway says whether topic is being recreated: whether a sync of it is
-// refused.
+// underway says whether topic is being recreated.
 func (r *recreates) underway(topic string) bool {
-	done, ok := r.sync(topic)
-	if ok {
-		done()
-	}
-	return !ok
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.topics[topic]
 }

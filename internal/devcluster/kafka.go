@@ -167,7 +167,9 @@ func startKafka(cfg config) (*Cluster, error) {
 		java: []string{"-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:MaxDirectMemorySize=256m",
 			"-Djava.awt.headless=true", "-Djava.net.preferIPv4Stack=true"}}
 	// For profiling the brokers, e.g. with Java Flight Recorder:
-	// KMIRROR_KAFKA_JVM_OPTS="-XX:StartFlightRecording=filename=/tmp/jfr/".
+	// KMIRROR_KAFKA_JVM_OPTS="-XX:StartFlightRecording=settings=profile",
+	// then `jcmd PID JFR.dump filename=F` while the broker runs (a broker
+	// that is killed writes no recording).
 	e.java = append(e.java, strings.Fields(os.Getenv("KMIRROR_KAFKA_JVM_OPTS"))...)
 	if e.root == "" {
 		if e.root, err = os.MkdirTemp("", "kmirror-kafka-"+cfg.name+"-"); err != nil {
