@@ -97,6 +97,8 @@ func (m *Mirror) handle(ctx context.Context, c fetcher.Chunk) error {
 		return fmt.Errorf("fetching from the source: %w", c.Err)
 	}
 	m.aborted.add(c.Aborted)
+	m.markers = chunkMarkers(c.Records)
+	defer func() { m.markers = markerEnds{-1, -1} }()
 	for rest := c.Records; len(rest) > 0; {
 		b, r, err := recordbatch.Next(rest)
 		if err != nil {
@@ -116,6 +118,33 @@ func (m *Mirror) handle(ctx context.Context, c fetcher.Chunk) error {
 	m.progress()
 	m.watchHanging(c)
 	return nil
+}
+
+// markerEnds says where the transaction markers of a chunk end (the offset
+// after the marker), for keepOpen; -1 for none.
+type markerEnds struct {
+	last int64 // the chunk's last marker
+	// absorbing is the last marker that more invisible offsets follow at
+	// once: a duplicate of a marker written there is absorbed (B1).
+	absorbing int64
+}
+
+func chunkMarkers(records []byte) markerEnds {
+	e := markerEnds{-1, -1}
+	end, afterMarker := int64(-1), false
+	for h, err := range recordbatch.All(records) {
+		if err != nil {
+			break
+		}
+		if afterMarker && (h.IsControl() || h.BaseOffset > end) {
+			e.absorbing = end
+		}
+		end, afterMarker = h.LastOffset()+1, h.IsControl()
+		if afterMarker {
+			e.last = end
+		}
+	}
+	return e
 }
 
 // watchHanging notes a source transaction that stays open: the mirror
@@ -260,7 +289,7 @@ func (m *Mirror) writeAborted(ctx context.Context, b []byte, n int32) error {
 		if err := m.cfg.Writer.AddPartition(ctx, m.data.id, m.data.p, tp.Topic, tp.Partition); err != nil {
 			return classifyOpen(err, m.data.id, "opening the transaction for aborted source records")
 		}
-		m.data.open = true
+		m.data.open, m.data.since = true, time.Now()
 	}
 	if err := recordbatch.Rewrite(b, m.data.p.ID, m.data.p.Epoch, m.data.seq, true); err != nil {
 		return fail(reason.BatchRewriteFailed, "rewriting the aborted source batch for offset %d: %v", m.next, err)

@@ -8,7 +8,8 @@
 //     deterministic sequences (committed transactional data becomes plain
 //     data: consumers at both isolation levels see it, as on the source);
 //   - batches of aborted source transactions go through a destination
-//     transaction the agent owns, aborted at the next invisible offset;
+//     transaction the agent owns, aborted at an invisible offset (the next
+//     one, or with FillMarkers a later one of the same fetch);
 //   - offsets no consumer sees (transaction markers, compaction holes) get an
 //     invisible destination offset: that abort marker, or a filler marker.
 package partition
@@ -142,6 +143,8 @@ type Mirror struct {
 	seq  int32 // next sequence of the plain writer's producer id
 	data txn   // the destination transaction for aborted source records
 	fill txn   // the filler transactional id (FillCoordinator)
+	// markers are the chunk being mirrored's (keepOpen), -1 outside one.
+	markers markerEnds
 	// aborted tracks the source's aborted transactions (see visibility.go).
 	aborted abortTracker
 	// lossReason says why LostRecords is not zero, kept as the reason of
@@ -210,7 +213,7 @@ func New(cfg Config) *Mirror {
 	if cfg.HangingAfter <= 0 {
 		cfg.HangingAfter = 30 * time.Second
 	}
-	m := &Mirror{cfg: cfg, log: cfg.Logger.With("topic", cfg.TP.Topic, "partition", cfg.TP.Partition)}
+	m := &Mirror{cfg: cfg, markers: markerEnds{-1, -1}, log: cfg.Logger.With("topic", cfg.TP.Topic, "partition", cfg.TP.Partition)}
 	m.data.id = cfg.TxnIDPrefix + ".abort"
 	m.fill.id = cfg.TxnIDPrefix + ".fill"
 	m.st = Status{Mirror: cfg.Mirror, Topic: cfg.TP.Topic, Partition: cfg.TP.Partition, State: Initializing, LastMirrored: -1}

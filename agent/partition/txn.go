@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
@@ -19,7 +20,16 @@ type txn struct {
 	p    writer.Producer
 	open bool  // the partition is in the id's ongoing transaction
 	seq  int32 // next sequence of its data batches in this partition
+	// since is when this agent added the partition to the transaction
+	// (zero for one it adopted).
+	since time.Time
 }
+
+// maxKeptOpen bounds how long the transaction of aborted source records
+// stays open over invisible offsets it could end at (keepOpen): the
+// destination's last stable offset, which read_committed consumers wait
+// for, stays at its first batch meanwhile.
+const maxKeptOpen = 500 * time.Millisecond
 
 // settleTxns makes sure no marker of the agent's transactional ids is still
 // on its way before the destination end is read (review B4): the filler id
@@ -66,7 +76,7 @@ func (m *Mirror) settleTxns(ctx context.Context) error {
 		// Adopt it: nothing is bound to a connection, and its batches
 		// carry deterministic sequences, so a late request of a dead
 		// agent is deduplicated (review §1.3).
-		m.data.p, m.data.open = st.Producer, true
+		m.data.p, m.data.open, m.data.since = st.Producer, true, time.Time{}
 		return nil
 	}
 	p, err := w.InitTxn(ctx, m.data.id, m.cfg.TxnTimeout)
@@ -104,19 +114,21 @@ func (m *Mirror) closeDataTxn(ctx context.Context) {
 // invisible gives the source offsets [src, src+n) invisible destination
 // offsets. Offsets the destination already holds beyond src (extra markers
 // absorbed earlier) count first; then an open transaction of aborted records
-// is aborted, its marker taking the next offset; fillers take the rest.
+// is aborted, its marker taking the next offset, unless it is kept open
+// (keepOpen); fillers take the rest.
 // With n == 0 it only closes an open transaction, whose marker then takes
 // an offset the caller pads over.
 func (m *Mirror) invisible(ctx context.Context, n int64) error {
+	end := m.src + n
+	abort := m.data.open && !m.keepOpen(end)
 	// The coordinator writes its markers through connections of its own:
 	// every plain batch before them must have landed. FillMarkers fillers
 	// go behind the plain batches instead (sendMarkers).
-	if m.data.open || m.cfg.Fillers == FillCoordinator {
+	if abort || m.cfg.Fillers == FillCoordinator {
 		if err := m.drain(ctx); err != nil {
 			return err
 		}
 	}
-	end := m.src + n
 	for {
 		m.src = max(m.src, min(m.next, end))
 		if m.src >= end && (n > 0 || !m.data.open) {
@@ -124,7 +136,7 @@ func (m *Mirror) invisible(ctx context.Context, n int64) error {
 		}
 		// Invisible source offsets left after the one the next marker takes.
 		spare := end - m.src - 1
-		if m.data.open {
+		if abort && m.data.open {
 			if err := m.cfg.Writer.EndTxn(ctx, m.data.id, m.data.p, false); err != nil {
 				return classifyTxn(err, "aborting the transaction of aborted source records")
 			}
@@ -139,6 +151,30 @@ func (m *Mirror) invisible(ctx context.Context, n int64) error {
 			return nil
 		}
 	}
+}
+
+// keepOpen says whether the open transaction of aborted source records may
+// stay open over the invisible offsets up to end, which then get filler
+// markers: with FillMarkers, for maxKeptOpen at most, until a later marker
+// of the chunk being mirrored ends it. That is the chunk's last marker, or
+// rather the last one that more invisible offsets follow at once, where a
+// duplicate of the coordinator's marker is absorbed (B1), as one was when
+// the transaction ended at the first marker. One destination transaction
+// then covers the aborted source transactions of a chunk: its records stay
+// aborted (consumers skip a producer's batches up to its abort marker,
+// whatever lies between), and the coordinator's round trips, log appends
+// and markers, a large share of the destination brokers' work on a
+// transactional source, are paid once instead of once per source
+// transaction.
+func (m *Mirror) keepOpen(end int64) bool {
+	if end <= m.src || m.cfg.Fillers != FillMarkers ||
+		time.Since(m.data.since) >= min(maxKeptOpen, m.cfg.TxnTimeout/4) {
+		return false
+	}
+	if m.markers.absorbing >= end {
+		return end < m.markers.absorbing
+	}
+	return end < m.markers.last
 }
 
 // filler writes filler markers for up to n invisible offsets.

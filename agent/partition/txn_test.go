@@ -1,0 +1,110 @@
+package partition
+
+import (
+	"bytes"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
+	rb "github.com/kmirror/kmirror/internal/recordbatch"
+)
+
+// TestChunkMarkers checks where a chunk's markers end, and which of them
+// more invisible offsets follow at once.
+func TestChunkMarkers(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		build func(b *logBuilder)
+		want  markerEnds
+	}{
+		{name: "no marker", build: func(b *logBuilder) {
+			b.plain(prodP, rb.CodecNone, 2)
+			b.gap(1)
+			b.plain(prodP, rb.CodecNone, 1)
+		}, want: markerEnds{-1, -1}},
+		{name: "a marker a record follows", build: func(b *logBuilder) {
+			b.txn(prodA, rb.CodecNone, 2)
+			b.abort(prodA)
+			b.plain(prodP, rb.CodecNone, 1)
+		}, want: markerEnds{last: 3, absorbing: -1}},
+		{name: "markers back to back", build: func(b *logBuilder) {
+			b.txn(prodA, rb.CodecNone, 1)
+			b.txn(prodB, rb.CodecNone, 1)
+			b.abort(prodA)
+			b.commit(prodB)
+			b.plain(prodP, rb.CodecNone, 1)
+			b.txn(prodC, rb.CodecNone, 1)
+			b.abort(prodC)
+		}, want: markerEnds{last: 7, absorbing: 3}},
+		{name: "a gap after a marker", build: func(b *logBuilder) {
+			b.txn(prodA, rb.CodecNone, 1)
+			b.abort(prodA)
+			b.gap(2)
+			b.plain(prodP, rb.CodecNone, 1)
+		}, want: markerEnds{last: 2, absorbing: 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newLog(t, 0, 0)
+			tc.build(b)
+			if got := chunkMarkers(bytes.Join(b.done().batches, nil)); got != tc.want {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestDataTxnKeptOpen mirrors aborted source transactions served in one
+// chunk and counts the destination transactions of aborted records that
+// ended (EndTxn of the data transactional id): with FillMarkers one covers
+// the chunk's aborted transactions, ended at its last marker or rather at
+// one that more invisible offsets follow; the coordinator's fillers end
+// one per source transaction. The destination must be identical either way.
+func TestDataTxnKeptOpen(t *testing.T) {
+	abortedRuns := func(b *logBuilder) {
+		for i := range 4 {
+			b.plain(prodP, rb.CodecNone, 1)
+			b.txn(prodA, rb.CodecNone, 2)
+			b.txn(prodB, rb.CodecNone, 1)
+			b.abort(prodA)
+			b.plain(prodP, rb.CodecNone, 1)
+			b.commit(prodB)
+			if i == 1 {
+				b.gap(1) // after a marker: more invisible offsets at once
+			}
+			b.plain(prodP, rb.CodecNone, 1)
+		}
+	}
+	src := startSource(t)
+	dst := devclustertest.Start(t)
+	for i, tc := range []struct {
+		method FillerMethod
+		ended  int32
+	}{
+		// Up to the gap after the second run's commit, then the last marker.
+		{FillMarkers, 2},
+		{FillCoordinator, 4},
+	} {
+		t.Run(string(tc.method), func(t *testing.T) {
+			l := shape(abortedRuns).log(t)
+			r := newRig(t, src, dst, fmt.Sprintf("keptopen%d", i), l, tc.method)
+			data, _ := r.txnIDs()
+			var ended atomic.Int32
+			r.destControl(int16(kmsg.EndTxn), func(kreq kmsg.Request) (kmsg.Response, bool, bool, error) {
+				if req := kreq.(*kmsg.EndTxnRequest); req.TransactionalID == data && !req.Commit {
+					ended.Add(1)
+				}
+				return nil, false, false, nil
+			})
+			p := r.start()
+			r.waitMirrored(p, l.end)
+			p.kill()
+			r.checkIdentical()
+			if got := ended.Load(); got != tc.ended {
+				t.Errorf("%d destination transactions of aborted records ended, want %d", got, tc.ended)
+			}
+		})
+	}
+}
