@@ -267,8 +267,8 @@ func printPeers(b *testing.B, pe *peerEnv, ss []*peerScenario, took time.Duratio
 	for _, s := range ss {
 		w, mb := s.kmirror.writes, float64(s.src.stored)/MB
 		per := func(items, reqs int64) float64 { return float64(items) / max(float64(reqs), 1) }
-		figure("  %s: kmirror wrote with %.1f requests per MB: %d produce (%.2f batches each), %d WriteTxnMarkers (%.2f markers each), %d transactional produce",
-			s.name, float64(w.Produce+w.Markers+w.ProduceTxn)/mb, w.Produce, per(w.ProduceBatches, w.Produce), w.Markers, per(w.MarkersWritten, w.Markers), w.ProduceTxn)
+		figure("  %s: kmirror wrote with %.1f requests per MB: %d produce (%.2f batches each), %d WriteTxnMarkers (%.2f markers each), %d transactional produce; it ended %d transactions through the coordinator",
+			s.name, float64(w.Produce+w.Markers+w.ProduceTxn)/mb, w.Produce, per(w.ProduceBatches, w.Produce), w.Markers, per(w.MarkersWritten, w.Markers), w.ProduceTxn, w.Transactions)
 	}
 	ratio := func(a, b peerRun) float64 { return a.mbps() / b.mbps() }
 	for _, s := range ss {
@@ -575,9 +575,13 @@ func agentWrites(ctx context.Context, api string) (writer.Stats, error) {
 		return 0
 	}
 	const reqs, items = "kmirror_write_requests_total", "kmirror_write_request_items_total"
+	var txns int64
+	for _, m := range fams["kmirror_destination_transactions_total"].GetMetric() {
+		txns = int64(m.GetCounter().GetValue())
+	}
 	return writer.Stats{
 		Produce: value(reqs, "produce"), ProduceBatches: value(items, "produce"),
 		Markers: value(reqs, "markers"), MarkersWritten: value(items, "markers"),
-		ProduceTxn: value(reqs, "produce_txn"),
+		ProduceTxn: value(reqs, "produce_txn"), Transactions: txns,
 	}, nil
 }

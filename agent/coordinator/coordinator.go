@@ -55,6 +55,10 @@ type Config struct {
 	// Fillers is how invisible destination offsets are written (default
 	// partition.FillCoordinator).
 	Fillers partition.FillerMethod
+	// AbortSpan is how long a destination transaction of aborted source
+	// records may stay open over the markers of a fetch (partition.Config;
+	// default 1s). Tests set it.
+	AbortSpan time.Duration
 	// HangingTxnAfter is how long a source transaction may stall a caught-up
 	// partition before describe reports it (default 30s).
 	HangingTxnAfter time.Duration
@@ -175,7 +179,7 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 		Store: store, Destination: dst, DestinationOpts: cfg.Destination, Admin: dstAdm,
 		Writer: w, Budget: fetcher.NewBudget(cfg.BufferBytes), ReadOnly: c.ro,
 		SourceOpts: c.sourceOpts, Registry: registry{c},
-		RefreshInterval: cfg.RefreshInterval, Fillers: cfg.Fillers, HangingTxnAfter: cfg.HangingTxnAfter,
+		RefreshInterval: cfg.RefreshInterval, Fillers: cfg.Fillers, HangingTxnAfter: cfg.HangingTxnAfter, AbortSpan: cfg.AbortSpan,
 		StopTimeout: cfg.StopTimeout, PromoteTimeout: cfg.PromoteTimeout, SourceFence: cfg.SourceFence,
 		Logger: cfg.Logger,
 	}

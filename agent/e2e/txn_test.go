@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kmirror/kmirror/agent/coordinator"
+	"github.com/kmirror/kmirror/agent/partition"
+	"github.com/kmirror/kmirror/agent/writer"
 	"github.com/kmirror/kmirror/internal/clientop"
 	"github.com/kmirror/kmirror/internal/javaclient"
 	"github.com/kmirror/kmirror/internal/kcat"
@@ -341,4 +344,50 @@ func countEpochs(m map[int64][]int16) int {
 		n += len(es)
 	}
 	return n
+}
+
+// TestAbortedTransactionsShareDestinationTransactions mirrors a backlog of
+// transactions, every other one aborted, with markers fillers: the aborted
+// records of a fetch go through one destination transaction, so the agent
+// ends fewer destination transactions than the source aborted (each of
+// which wrote to every partition it reached), and consumers of the
+// destination see what they see on the source at both isolation levels.
+func TestAbortedTransactionsShareDestinationTransactions(t *testing.T) {
+	forTxnEngines(t, func(t *testing.T, e engine) {
+		p := newPairOn(t, e, pairOpts{topic: "ledger", partitions: 3})
+		ctx := testCtx(t)
+		spec := workload.Spec{Topic: p.topic, Partitions: 3, Records: 3000, Seed: 11, Codecs: []string{workload.CodecZstd, workload.CodecNone},
+			ChunkRecords: 50, TransactionalID: p.name("ledger-app"), AbortEvery: 2}
+		st, err := workload.Produce(ctx, p.srcOpts(), spec)
+		if err != nil {
+			t.Fatalf("producing the source: %v", err)
+		}
+		aborted := st.Aborted / int64(spec.ChunkRecords)
+		if aborted < 10 {
+			t.Fatalf("the workload aborted %d transactions (%d records): the test needs many", aborted, st.Aborted)
+		}
+		before := writer.ReadStats().Transactions
+		ms := p.spec(p.topic)
+		// A span no slow machine runs out of: the count below depends
+		// on the fetches only (each ends its transactions at its last
+		// marker at the latest).
+		a := p.startAgentWith(t, agentOpts{apply: &ms}, func(c *coordinator.Config) {
+			c.Fillers, c.AbortSpan = partition.FillMarkers, time.Minute
+		})
+		p.waitMirrored(t, a, p.topic, 2*time.Minute)
+		ended := writer.ReadStats().Transactions - before
+		p.assertIdentical(t, p.topic, identityOpts{
+			kcatIsolations: []string{kcat.ReadUncommitted, kcat.ReadCommitted},
+			wantRecords:    st.Records,
+		})
+		got := kcatCounts(ctx, t, p.dst.BootstrapString(), p.topic, 3)
+		if got[kcat.ReadUncommitted] != st.Records || got[kcat.ReadCommitted] != st.Records-st.Aborted {
+			t.Errorf("destination consumers see %d records read_uncommitted and %d read_committed; the producer acknowledged %d, %d of them in aborted transactions",
+				got[kcat.ReadUncommitted], got[kcat.ReadCommitted], st.Records, st.Aborted)
+		}
+		if ended == 0 || ended >= aborted {
+			t.Errorf("the agent ended %d destination transactions for %d aborted source transactions over 3 partitions; want at least one, and fewer than the source's", ended, aborted)
+		}
+		t.Logf("%d aborted source transactions over 3 partitions, %d destination transactions", aborted, ended)
+	})
 }

@@ -143,12 +143,12 @@ kmirror_mirror_throttled_seconds_total{mirror="dr"} 2.5
 
 // TestCollectorNoSource: before the coordinator exists only the agent-wide
 // fetch and write counters are reported (requests of three kinds, items of
-// two), not empty mirror series.
+// two, coordinator transactions), not empty mirror series.
 func TestCollectorNoSource(t *testing.T) {
 	c := metrics.NewCollector()
 	n, err := testutil.GatherAndCount(metrics.Registry(c), "kmirror_fetch_requests_total", "kmirror_fetch_errors_total", "kmirror_fetch_throttle_seconds_total",
-		"kmirror_write_requests_total", "kmirror_write_request_items_total", "kmirror_partitions")
-	if err != nil || n != 8 {
+		"kmirror_write_requests_total", "kmirror_write_request_items_total", "kmirror_destination_transactions_total", "kmirror_partitions")
+	if err != nil || n != 9 {
 		t.Errorf("series without a source: %d, %v", n, err)
 	}
 }

@@ -24,6 +24,7 @@
 //	(write requests per second) rate(kmirror_write_requests_total[…]) by kind, whole
 //	                            agent; kmirror_write_request_items_total over it is
 //	                            batches or markers per request
+//	(coordinator transactions)  rate(kmirror_destination_transactions_total[…]) whole agent
 //	DeadThreadCount             kmirror_mirror_dead_fetchers{mirror}: source broker fetch
 //	                            loops whose last fetch failed (they retry with backoff
 //	                            rather than die)
@@ -139,6 +140,8 @@ var (
 		"Throttle time source brokers reported in fetch responses (client quotas), all mirrors.", nil, nil)
 	descWriteRequests = prometheus.NewDesc("kmirror_write_requests_total",
 		"Requests the agent sent to destination brokers to write, all mirrors, by kind: produce (plain batches of many partitions), markers (WriteTxnMarkers: filler markers), produce_txn (a batch of aborted source records, alone).", []string{"kind"}, nil)
+	descTransactions = prometheus.NewDesc("kmirror_destination_transactions_total",
+		"Transactions the agent ended through the destination's transaction coordinator, all mirrors: one per group of aborted source records (the aborted transactions of a fetch, with markers fillers), and one per coordinator filler. Each costs the coordinator two log appends and a marker per partition.", nil, nil)
 	descWriteItems = prometheus.NewDesc("kmirror_write_request_items_total",
 		"What those requests carried, by kind: batches (produce) or markers (markers); divided by kmirror_write_requests_total, how well writes coalesce (produce_txn requests carry one batch each).", []string{"kind"}, nil)
 )
@@ -161,7 +164,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		descLag, descLagSeconds, descSourceAge, descBytes, descRecords, descLost, descRetries, descReason,
 		descMaxLag, descFailed, descStates, descBuffered, descMirrorError, descTopicError,
 		descSyncErrors, descSyncSuccess, descSyncItems,
-		descFetchRequests, descFetchErrors, descFetchThrottle, descWriteRequests, descWriteItems,
+		descFetchRequests, descFetchErrors, descFetchThrottle, descWriteRequests, descWriteItems, descTransactions,
 		descMirrorFetchRequests, descMirrorFetchErrors, descMirrorFetchedBytes, descDeadFetchers, descThrottleRate, descThrottled,
 	} {
 		ch <- d
@@ -184,6 +187,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	// One batch each: no items series, which would repeat the requests.
 	ch <- prometheus.MustNewConstMetric(descWriteRequests, prometheus.CounterValue, float64(ws.ProduceTxn), "produce_txn")
+	ch <- prometheus.MustNewConstMetric(descTransactions, prometheus.CounterValue, float64(ws.Transactions))
 
 	src := c.src.Load()
 	if src == nil {

@@ -42,6 +42,7 @@ type Config struct {
 	// spec sets none.
 	RefreshInterval time.Duration
 	HangingTxnAfter time.Duration
+	AbortSpan       time.Duration
 	StopTimeout     time.Duration
 	PromoteTimeout  time.Duration
 	Fillers         partition.FillerMethod

@@ -157,7 +157,7 @@ func (m *Runner) startPartitions(ctx context.Context, source sourceReader, f *fe
 		cfg := partition.Config{
 			Mirror: name, TP: tp, ProducerID: m.rec.ProducerID, Epoch: m.rec.Epoch, KeyedPad: keyed,
 			Fetcher: f, Source: source, Writer: m.cfg.Writer, Checkpoints: checkpoints{m.cfg.Store, name}, Producers: ownedProducers{m.cfg.Store, m.cfg.Logger}, Fillers: m.cfg.Fillers,
-			HangingAfter: m.cfg.HangingTxnAfter, Recovering: recovering, Base: m.failbackBase(tp), TxnTimeout: m.conn.txnTimeoutNow(),
+			HangingAfter: m.cfg.HangingTxnAfter, AbortSpan: m.cfg.AbortSpan, Recovering: recovering, Base: m.failbackBase(tp), TxnTimeout: m.conn.txnTimeoutNow(),
 			OnChange: func(st partition.Status) { m.persistPartition(ctx, tp, st) },
 			Logger:   m.log.Named("partition"),
 		}

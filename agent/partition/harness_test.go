@@ -463,10 +463,12 @@ type mirrorRig struct {
 	log     *srcLog
 	tp      fetcher.TP
 	fillers FillerMethod
-	pid     int64
-	epoch   int16
-	ckpt    *memCheckpoints
-	owned   *fakeProducers
+	// abortSpan is the processes' Config.AbortSpan (0: the default).
+	abortSpan time.Duration
+	pid       int64
+	epoch     int16
+	ckpt      *memCheckpoints
+	owned     *fakeProducers
 	// dw reads and writes the destination for the test itself.
 	dw *writer.Writer
 	// dup is the duplicate markers armed for the partition, if any.
@@ -554,7 +556,7 @@ func (r *mirrorRig) start() *process {
 	p := &process{ctx: ctx, fdone: make(chan struct{}), cfg: Config{
 		Mirror: "m", TP: r.tp, ProducerID: r.pid, Epoch: r.epoch,
 		Fetcher: f, Source: memSource{r.src, r.tp.Topic}, Writer: writer.New(dcl, leaders.New(dcl)),
-		Checkpoints: r.ckpt, Producers: r.owned, Fillers: r.fillers,
+		Checkpoints: r.ckpt, Producers: r.owned, Fillers: r.fillers, AbortSpan: r.abortSpan,
 		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: devclustertest.Writer(r.t)}),
 	}}
 	go func() {

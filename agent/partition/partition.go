@@ -123,6 +123,10 @@ type Config struct {
 	// last stable offset, with the mirror caught up to it, before describe
 	// says so (default 30s).
 	HangingAfter time.Duration
+	// AbortSpan bounds how long, with FillMarkers, the destination
+	// transaction of aborted source records stays open over markers it
+	// could end at (keepOpen; default 1s).
+	AbortSpan time.Duration
 }
 
 // Status is a partition's figures as callers see them.
@@ -212,6 +216,9 @@ func New(cfg Config) *Mirror {
 	}
 	if cfg.HangingAfter <= 0 {
 		cfg.HangingAfter = 30 * time.Second
+	}
+	if cfg.AbortSpan <= 0 {
+		cfg.AbortSpan = time.Second
 	}
 	m := &Mirror{cfg: cfg, markers: markerEnds{-1, -1}, log: cfg.Logger.With("topic", cfg.TP.Topic, "partition", cfg.TP.Partition)}
 	m.data.id = cfg.TxnIDPrefix + ".abort"

@@ -25,12 +25,6 @@ type txn struct {
 	since time.Time
 }
 
-// maxKeptOpen bounds how long the transaction of aborted source records
-// stays open over invisible offsets it could end at (keepOpen): the
-// destination's last stable offset, which read_committed consumers wait
-// for, stays at its first batch meanwhile.
-const maxKeptOpen = 500 * time.Millisecond
-
 // settleTxns makes sure no marker of the agent's transactional ids is still
 // on its way before the destination end is read (review B4): the filler id
 // is fenced with InitProducerId, which also aborts a filler transaction a
@@ -155,7 +149,9 @@ func (m *Mirror) invisible(ctx context.Context, n int64) error {
 
 // keepOpen says whether the open transaction of aborted source records may
 // stay open over the invisible offsets up to end, which then get filler
-// markers: with FillMarkers, for maxKeptOpen at most, until a later marker
+// markers: with FillMarkers, for AbortSpan at most (the destination's last
+// stable offset, which read_committed consumers wait for, stays at its
+// first batch meanwhile) and a quarter of its timeout, until a later marker
 // of the chunk being mirrored ends it. That is the chunk's last marker, or
 // rather the last one that more invisible offsets follow at once, where a
 // duplicate of the coordinator's marker is absorbed (B1), as one was when
@@ -168,7 +164,7 @@ func (m *Mirror) invisible(ctx context.Context, n int64) error {
 // transaction.
 func (m *Mirror) keepOpen(end int64) bool {
 	if end <= m.src || m.cfg.Fillers != FillMarkers ||
-		time.Since(m.data.since) >= min(maxKeptOpen, m.cfg.TxnTimeout/4) {
+		time.Since(m.data.since) >= min(m.cfg.AbortSpan, m.cfg.TxnTimeout/4) {
 		return false
 	}
 	if m.markers.absorbing >= end {

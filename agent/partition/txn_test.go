@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -60,8 +61,9 @@ func TestChunkMarkers(t *testing.T) {
 // chunk and counts the destination transactions of aborted records that
 // ended (EndTxn of the data transactional id): with FillMarkers one covers
 // the chunk's aborted transactions, ended at its last marker or rather at
-// one that more invisible offsets follow; the coordinator's fillers end
-// one per source transaction. The destination must be identical either way.
+// one that more invisible offsets follow, unless its AbortSpan ran out; the
+// coordinator's fillers end one per source transaction. The destination
+// must be identical either way.
 func TestDataTxnKeptOpen(t *testing.T) {
 	abortedRuns := func(b *logBuilder) {
 		for i := range 4 {
@@ -80,16 +82,20 @@ func TestDataTxnKeptOpen(t *testing.T) {
 	src := startSource(t)
 	dst := devclustertest.Start(t)
 	for i, tc := range []struct {
+		name   string
 		method FillerMethod
+		span   time.Duration
 		ended  int32
 	}{
 		// Up to the gap after the second run's commit, then the last marker.
-		{FillMarkers, 2},
-		{FillCoordinator, 4},
+		{"markers", FillMarkers, 0, 2},
+		{"markers, span over at once", FillMarkers, time.Nanosecond, 4},
+		{"coordinator", FillCoordinator, 0, 4},
 	} {
-		t.Run(string(tc.method), func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			l := shape(abortedRuns).log(t)
 			r := newRig(t, src, dst, fmt.Sprintf("keptopen%d", i), l, tc.method)
+			r.abortSpan = tc.span
 			data, _ := r.txnIDs()
 			var ended atomic.Int32
 			r.destControl(int16(kmsg.EndTxn), func(kreq kmsg.Request) (kmsg.Response, bool, bool, error) {

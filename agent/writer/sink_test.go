@@ -1045,13 +1045,16 @@ func TestStats(t *testing.T) {
 	if _, err := f.w.ProduceTxn(ctx, "stats", "s", 1, batch(t, p.ID, p.Epoch, 0, recordbatch.AttrTransactional, 1)); err != nil {
 		t.Fatal(err)
 	}
+	if err := f.w.EndTxn(ctx, "stats", p, false); err != nil {
+		t.Fatal(err)
+	}
 	after := ReadStats()
 	got := Stats{
 		Produce: after.Produce - before.Produce, ProduceBatches: after.ProduceBatches - before.ProduceBatches,
 		Markers: after.Markers - before.Markers, MarkersWritten: after.MarkersWritten - before.MarkersWritten,
-		ProduceTxn: after.ProduceTxn - before.ProduceTxn,
+		ProduceTxn: after.ProduceTxn - before.ProduceTxn, Transactions: after.Transactions - before.Transactions,
 	}
-	if want := (Stats{Produce: 1, ProduceBatches: 1, Markers: 1, MarkersWritten: 2, ProduceTxn: 1}); got != want {
+	if want := (Stats{Produce: 1, ProduceBatches: 1, Markers: 1, MarkersWritten: 2, ProduceTxn: 1, Transactions: 1}); got != want {
 		t.Errorf("counted %+v, want %+v", got, want)
 	}
 }

@@ -151,6 +151,7 @@ func (w *Writer) EndTxn(ctx context.Context, txnID string, p Producer, commit bo
 	if err != nil {
 		return fmt.Errorf("ending transaction %q: %w", txnID, err)
 	}
+	stats.transactions.Add(1)
 	return nil
 }
 

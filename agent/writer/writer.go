@@ -342,10 +342,14 @@ type Stats struct {
 	Produce, ProduceBatches int64 // plain produce requests and their batches
 	Markers, MarkersWritten int64 // WriteTxnMarkers requests and their markers
 	ProduceTxn              int64 // transactional produce requests (one batch each)
+	// Transactions the agent ended through the coordinator (EndTxn
+	// answered): each costs the coordinator two log appends and a marker
+	// per partition.
+	Transactions int64
 }
 
 var stats struct {
-	produce, produceBatches, markers, markersWritten, produceTxn atomic.Int64
+	produce, produceBatches, markers, markersWritten, produceTxn, transactions atomic.Int64
 }
 
 // ReadStats returns the process-wide write request counters.
@@ -353,7 +357,7 @@ func ReadStats() Stats {
 	return Stats{
 		Produce: stats.produce.Load(), ProduceBatches: stats.produceBatches.Load(),
 		Markers: stats.markers.Load(), MarkersWritten: stats.markersWritten.Load(),
-		ProduceTxn: stats.produceTxn.Load(),
+		ProduceTxn: stats.produceTxn.Load(), Transactions: stats.transactions.Load(),
 	}
 }
 
