@@ -564,8 +564,12 @@ func agentWrites(ctx context.Context, api string) (writer.Stats, error) {
 	if err != nil {
 		return writer.Stats{}, fmt.Errorf("reading the agent's metrics: %w", err)
 	}
+	// value reads a counter's series of a kind, or its only one ("").
 	value := func(name, kind string) int64 {
 		for _, m := range fams[name].GetMetric() {
+			if kind == "" {
+				return int64(m.GetCounter().GetValue())
+			}
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "kind" && l.GetValue() == kind {
 					return int64(m.GetCounter().GetValue())
@@ -575,13 +579,9 @@ func agentWrites(ctx context.Context, api string) (writer.Stats, error) {
 		return 0
 	}
 	const reqs, items = "kmirror_write_requests_total", "kmirror_write_request_items_total"
-	var txns int64
-	for _, m := range fams["kmirror_destination_transactions_total"].GetMetric() {
-		txns = int64(m.GetCounter().GetValue())
-	}
 	return writer.Stats{
 		Produce: value(reqs, "produce"), ProduceBatches: value(items, "produce"),
 		Markers: value(reqs, "markers"), MarkersWritten: value(items, "markers"),
-		ProduceTxn: value(reqs, "produce_txn"), Transactions: txns,
+		ProduceTxn: value(reqs, "produce_txn"), Transactions: value("kmirror_destination_transactions_total", ""),
 	}, nil
 }

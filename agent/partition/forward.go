@@ -97,8 +97,10 @@ func (m *Mirror) handle(ctx context.Context, c fetcher.Chunk) error {
 		return fmt.Errorf("fetching from the source: %w", c.Err)
 	}
 	m.aborted.add(c.Aborted)
-	m.markers = chunkMarkers(c.Records)
-	defer func() { m.markers = markerEnds{-1, -1} }()
+	// Its markers are read only if a transaction of aborted records is
+	// open at one of its invisible offsets (keepOpen).
+	m.chunk, m.markers = c.Records, nil
+	defer func() { m.chunk = nil }()
 	for rest := c.Records; len(rest) > 0; {
 		b, r, err := recordbatch.Next(rest)
 		if err != nil {
@@ -121,7 +123,7 @@ func (m *Mirror) handle(ctx context.Context, c fetcher.Chunk) error {
 }
 
 // markerEnds says where the transaction markers of a chunk end (the offset
-// after the marker), for keepOpen; -1 for none.
+// after the marker), for keepOpen; -1 for none (also for no chunk).
 type markerEnds struct {
 	last int64 // the chunk's last marker
 	// absorbing is the last marker that more invisible offsets follow at

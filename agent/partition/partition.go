@@ -147,8 +147,10 @@ type Mirror struct {
 	seq  int32 // next sequence of the plain writer's producer id
 	data txn   // the destination transaction for aborted source records
 	fill txn   // the filler transactional id (FillCoordinator)
-	// markers are the chunk being mirrored's (keepOpen), -1 outside one.
-	markers markerEnds
+	// chunk is the records being mirrored, nil between chunks; markers,
+	// where its markers end, once keepOpen has read them.
+	chunk   []byte
+	markers *markerEnds
 	// aborted tracks the source's aborted transactions (see visibility.go).
 	aborted abortTracker
 	// lossReason says why LostRecords is not zero, kept as the reason of
@@ -220,7 +222,7 @@ func New(cfg Config) *Mirror {
 	if cfg.AbortSpan <= 0 {
 		cfg.AbortSpan = time.Second
 	}
-	m := &Mirror{cfg: cfg, markers: markerEnds{-1, -1}, log: cfg.Logger.With("topic", cfg.TP.Topic, "partition", cfg.TP.Partition)}
+	m := &Mirror{cfg: cfg, log: cfg.Logger.With("topic", cfg.TP.Topic, "partition", cfg.TP.Partition)}
 	m.data.id = cfg.TxnIDPrefix + ".abort"
 	m.fill.id = cfg.TxnIDPrefix + ".fill"
 	m.st = Status{Mirror: cfg.Mirror, Topic: cfg.TP.Topic, Partition: cfg.TP.Partition, State: Initializing, LastMirrored: -1}

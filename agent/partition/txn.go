@@ -147,25 +147,25 @@ func (m *Mirror) invisible(ctx context.Context, n int64) error {
 	}
 }
 
-// keepOpen says whether the open transaction of aborted source records may
-// stay open over the invisible offsets up to end, which then get filler
-// markers: with FillMarkers, for AbortSpan at most (the destination's last
-// stable offset, which read_committed consumers wait for, stays at its
-// first batch meanwhile) and a quarter of its timeout, until a later marker
-// of the chunk being mirrored ends it. That is the chunk's last marker, or
-// rather the last one that more invisible offsets follow at once, where a
-// duplicate of the coordinator's marker is absorbed (B1), as one was when
-// the transaction ended at the first marker. One destination transaction
-// then covers the aborted source transactions of a chunk: its records stay
-// aborted (consumers skip a producer's batches up to its abort marker,
-// whatever lies between), and the coordinator's round trips, log appends
-// and markers, a large share of the destination brokers' work on a
-// transactional source, are paid once instead of once per source
-// transaction.
+// keepOpen says whether the open transaction of aborted source records
+// stays open over the invisible offsets up to end, which then get filler
+// markers (FillMarkers only). It ends at a later marker of the chunk: the
+// last one that more invisible offsets follow at once, where a duplicate of
+// the coordinator's marker is absorbed (B1), else the chunk's last; or once
+// open AbortSpan (a quarter of its timeout at most), as the destination's
+// last stable offset stays at its first batch meanwhile. One destination
+// transaction then covers the chunk's aborted source transactions
+// (consumers skip a producer's batches up to its abort marker, whatever
+// lies between), and the coordinator's work is paid once, not once per
+// source transaction.
 func (m *Mirror) keepOpen(end int64) bool {
 	if end <= m.src || m.cfg.Fillers != FillMarkers ||
 		time.Since(m.data.since) >= min(m.cfg.AbortSpan, m.cfg.TxnTimeout/4) {
 		return false
+	}
+	if m.markers == nil {
+		e := chunkMarkers(m.chunk)
+		m.markers = &e
 	}
 	if m.markers.absorbing >= end {
 		return end < m.markers.absorbing

@@ -21,6 +21,7 @@ func TestChunkMarkers(t *testing.T) {
 		build func(b *logBuilder)
 		want  markerEnds
 	}{
+		{name: "no records", build: func(*logBuilder) {}, want: markerEnds{-1, -1}},
 		{name: "no marker", build: func(b *logBuilder) {
 			b.plain(prodP, rb.CodecNone, 2)
 			b.gap(1)
