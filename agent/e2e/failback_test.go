@@ -194,7 +194,7 @@ func testFailbackClean(t *testing.T, e engine) {
 	final := waitStates(t, b, topic, parts, partition.Stopped, failWait)
 	waitReadOnly(t, b, topic, false)
 	waitDeny(t, p.srcCl, topic, false)
-	assertWritesAfterMirrored(t, appClient(t, p.src), topic, final, "P is primary again")
+	back.assertWritesAfterMirrored(t, appClient(t, p.src), topic, final, "P is primary again")
 }
 
 // sideRecord is what the side topic must hold of one divergent record.

@@ -17,10 +17,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/agent/coordinator"
+	"github.com/kmirror/kmirror/agent/fetcher"
+	"github.com/kmirror/kmirror/agent/leaders"
 	"github.com/kmirror/kmirror/agent/partition"
 	"github.com/kmirror/kmirror/internal/devcluster"
 	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/recordbatch"
 	"github.com/kmirror/kmirror/internal/verify"
 	"github.com/kmirror/kmirror/internal/workload"
 )
@@ -91,19 +94,16 @@ func assertNoAgentTxn(t *testing.T, adm *kadm.Client, topic string) {
 	}
 }
 
-// assertMirroredUpTo compares every partition of the lifecycle topic over
-// [0, last mirrored + 1) and checks that the destination ends right there.
-func (p *pair) assertMirroredUpTo(t *testing.T, ps map[int32]partition.Status) {
+// assertStoppedIdentical compares every partition of the stopped topic
+// over [0, last mirrored + 1) with verify, and checks where the destination
+// ends (stoppedEnd).
+func (p *pair) assertStoppedIdentical(t *testing.T, topic string, ps map[int32]partition.Status) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	topic := p.name(lifecycleTopic)
-	dst := ends(t, p.dstAdm, topic)
 	var total int64
 	for part, st := range ps {
-		if st.LastMirrored != dst[part]-1 {
-			t.Errorf("partition %d: last mirrored offset %d, destination end %d", part, st.LastMirrored, dst[part])
-		}
+		p.stoppedEnd(t, topic, part, st.LastMirrored)
 		rep, err := verify.Compare(ctx, p.srcCl, p.dstCl, verify.Options{Topic: topic, Partitions: []int32{part}, To: st.LastMirrored + 1})
 		if err != nil {
 			t.Fatal(err)
@@ -122,21 +122,53 @@ func (p *pair) assertMirroredUpTo(t *testing.T, ps map[int32]partition.Status) {
 	}
 }
 
+// stoppedEnd returns the destination end of partition part of the stopped
+// topic, checked against its last mirrored offset: right after it, or one
+// further when the stop aborted an open transaction of aborted source
+// records (partition.Mirror.Finish), whose abort marker then takes that
+// offset and stands for no source offset.
+func (p *pair) stoppedEnd(t *testing.T, topic string, part int32, last int64) int64 {
+	t.Helper()
+	end := ends(t, p.dstAdm, topic)[part]
+	switch {
+	case end == last+1:
+	case end == last+2:
+		ctx, cancel := context.WithTimeout(context.Background(), failWait)
+		defer cancel()
+		for h, err := range fetcher.ReadRange(ctx, p.dstCl, leaders.New(p.dstCl), fetcher.TP{Topic: topic, Partition: part}, last+1, end, 1<<20) {
+			if err != nil {
+				t.Fatalf("reading the destination's offset %d of %s/%d: %v", last+1, topic, part, err)
+			}
+			if commit, err := recordbatch.ControlRecord(h.Raw); err != nil || commit {
+				t.Errorf("partition %d: last mirrored offset %d, destination end %d, and offset %d is no abort marker (%v)", part, last, end, last+1, err)
+			}
+			t.Logf("partition %d: the stop aborted a transaction of aborted records: its marker at %d, last mirrored offset %d", part, last+1, last)
+			return end
+		}
+		t.Errorf("partition %d: destination offset %d not found", part, last+1)
+	default:
+		t.Errorf("partition %d: last mirrored offset %d, destination end %d", part, last, end)
+	}
+	return end
+}
+
 // assertWritable writes a record with a normal producer to each partition
-// of the stopped lifecycle topic: it lands right after the last mirrored
-// offset.
+// of the stopped lifecycle topic: it lands at the destination end, right
+// after the last mirrored offset (stoppedEnd).
 func (p *pair) assertWritable(t *testing.T, ps map[int32]partition.Status) {
 	t.Helper()
 	cl := p.dstProducer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), failWait)
 	defer cancel()
+	topic := p.name(lifecycleTopic)
 	for part, st := range ps {
-		r, err := cl.ProduceSync(ctx, &kgo.Record{Topic: p.name(lifecycleTopic), Partition: part, Value: []byte("after failover")}).First()
+		want := p.stoppedEnd(t, topic, part, st.LastMirrored)
+		r, err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: part, Value: []byte("after failover")}).First()
 		if err != nil {
 			t.Fatalf("producing to the stopped topic: %v", err)
 		}
-		if r.Offset != st.LastMirrored+1 {
-			t.Errorf("partition %d: a new write landed at %d, want %d (right after the last mirrored offset)", part, r.Offset, st.LastMirrored+1)
+		if r.Offset != want {
+			t.Errorf("partition %d: a new write landed at %d, want %d (the destination end after the last mirrored offset %d)", part, r.Offset, want, st.LastMirrored)
 		}
 	}
 }
@@ -183,7 +215,7 @@ func testStopFailover(t *testing.T, e engine) {
 	t.Logf("stopped in %s", time.Since(started))
 	stop()
 	assertNoAgentTxn(t, p.dstAdm, topic)
-	p.assertMirroredUpTo(t, ps)
+	p.assertStoppedIdentical(t, topic, ps)
 	p.assertWritable(t, ps)
 
 	// A restart keeps it STOPPED; the agent writes nothing more.
@@ -210,6 +242,48 @@ func testStopFailover(t *testing.T, e engine) {
 	if want := fmt.Sprintf("topic %s is STOPPED: a stopped topic is writable on the destination and cannot mirror again", topic); err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("resume of a stopped topic: %v", err)
 	}
+}
+
+// TestStopFailoverInsideAbortedTransaction: a failover stop lands while the
+// agent copies the records inside an aborted source transaction, its
+// destination transaction of aborted records open (a throttle keeps it open
+// for seconds). The stop aborts it; its marker takes the destination end,
+// where the source has a record that was not mirrored, so the last mirrored
+// offset is the one before the marker, and everything up to it is
+// identical.
+func TestStopFailoverInsideAbortedTransaction(t *testing.T) {
+	forEngines(t, testStopFailoverInsideAbortedTransaction)
+}
+
+func testStopFailoverInsideAbortedTransaction(t *testing.T, e engine) {
+	const rate = 256 << 10
+	p := newPairOn(t, e, pairOpts{topic: lifecycleTopic, partitions: 1})
+	topic := p.topic
+	// The aborted transaction's first record at offset 0, about 3 MB of
+	// plain records inside it, its abort marker, and records after it.
+	txn := p.txnProducer(t, p.name("app-inside"))
+	beginTxn(t, txn, topic, 0, 1, "aborted")
+	produceBacklog(t, p, topic, 1, 3000, 1000)
+	ctx := testCtx(t)
+	endTxn(t, ctx, txn, false)
+	produceN(t, p.producer(t), topic, 0, 10, "after", false)
+
+	a := p.startThrottled(t, mirrorapi.Throttle{RateBytesPerSecond: rate}, topic)
+	waitBytes(t, a, topic, 512<<10, failWait)
+	waitTxnState(t, p.dstAdm, fmt.Sprintf("kmirror.%s.%s.0.abort", mirrorName, topic), "Ongoing")
+	if err := a.co.StopTopics(ctx, mirrorName, []string{topic}, coordinator.StopFailover); err != nil {
+		t.Fatal(err)
+	}
+	ps := waitStates(t, a, topic, 1, partition.Stopped, failWait)
+	assertNoAgentTxn(t, p.dstAdm, topic)
+	if end := p.stoppedEnd(t, topic, 0, ps[0].LastMirrored); end != ps[0].LastMirrored+2 {
+		t.Errorf("destination end %d, last mirrored offset %d: the stop's abort marker is not after the last mirrored offset", end, ps[0].LastMirrored)
+	}
+	if src := ends(t, p.srcAdm, topic)[0]; ps[0].LastMirrored >= src-12 {
+		t.Errorf("last mirrored offset %d: the stop did not land inside the aborted transaction (source end %d)", ps[0].LastMirrored, src)
+	}
+	p.assertStoppedIdentical(t, topic, ps)
+	p.assertWritable(t, ps)
 }
 
 // TestStopFailoverSourceGone: the source cluster is gone (its brokers
@@ -242,10 +316,9 @@ func testStopFailoverSourceGone(t *testing.T, e engine) {
 	ps := waitStates(t, a, topic, 3, partition.Stopped, failWait)
 	t.Logf("stopped with the source gone in %s", time.Since(started))
 	assertNoAgentTxn(t, p.dstAdm, topic)
-	dst := ends(t, p.dstAdm, topic)
 	for part, st := range ps {
-		if st.LastMirrored != dst[part]-1 || st.LastMirrored < 100 {
-			t.Errorf("partition %d: last mirrored offset %d, destination end %d", part, st.LastMirrored, dst[part])
+		if p.stoppedEnd(t, topic, part, st.LastMirrored); st.LastMirrored < 100 {
+			t.Errorf("partition %d: last mirrored offset %d: the records mirrored before the source went are not counted", part, st.LastMirrored)
 		}
 	}
 	p.assertWritable(t, ps)

@@ -197,6 +197,10 @@ type Mirror struct {
 	stalledAt     int64
 	stalledSince  time.Time
 	hangingReason bool
+	// closedAt is the destination end before the marker of a transaction
+	// of aborted records the agent closed when the partition stopped or
+	// failed (closeData); -1: none.
+	closedAt int64
 }
 
 // New returns a partition mirror; Run starts it.
@@ -227,7 +231,7 @@ func New(cfg Config) *Mirror {
 	m.fill.id = cfg.TxnIDPrefix + ".fill"
 	m.st = Status{Mirror: cfg.Mirror, Topic: cfg.TP.Topic, Partition: cfg.TP.Partition, State: Initializing, LastMirrored: -1}
 	m.caughtUp = time.Now()
-	m.stalledAt = -1
+	m.stalledAt, m.closedAt = -1, -1
 	m.halt = make(chan struct{})
 	return m
 }
@@ -314,54 +318,59 @@ func (m *Mirror) RestoreOffsets(lastMirrored int64) {
 // (or never ran), for STOPPED: it aborts the agent's destination
 // transactions still open (at a stop, an open transaction of aborted
 // source records belongs to a source transaction that aborted, so aborting
-// keeps its fate; an open filler transaction hides nothing), waits until
-// their markers are written, and reads the destination end, whose offset
-// minus one is the last mirrored offset. It needs the destination only, so
-// it completes with the source unreachable. It sets nothing; the caller
-// records the state.
+// keeps its fate; an open filler transaction hides nothing, and its marker
+// takes the invisible offset it was opened for), waits until their markers
+// are written, and reads the destination end. The last mirrored offset is
+// the end minus one, or the offset before the marker of a transaction of
+// aborted records it had to close (closeData). It needs the destination
+// only, so it completes with the source unreachable. It sets nothing; the
+// caller records the state.
 func (m *Mirror) Finish(ctx context.Context) (lastMirrored int64, err error) {
 	if m.cfg.Writer == nil {
 		return -1, errors.New("no destination writer")
 	}
-	ids := []string{m.data.id}
 	if m.cfg.Fillers == FillCoordinator {
-		ids = append(ids, m.fill.id)
-	}
-	for _, id := range ids {
-		if err := m.abortOpen(ctx, id); err != nil {
+		if err := m.abortFiller(ctx); err != nil {
 			return -1, err
 		}
+	}
+	if err := m.closeData(ctx); err != nil {
+		return -1, err
 	}
 	tp := m.cfg.TP
 	b, err := m.cfg.Writer.Bounds(ctx, tp.Topic, tp.Partition)
 	if err != nil {
 		return -1, fmt.Errorf("reading the destination end: %w", err)
 	}
+	last := b.HighWatermark - 1
+	if m.closedAt >= 0 {
+		last = m.closedAt - 1
+	}
 	m.mu.Lock()
 	m.st.DestinationOffset = b.HighWatermark
-	m.st.LastMirrored = b.HighWatermark - 1
+	m.st.LastMirrored = last
 	m.st.Lag = max(0, m.st.SourceOffset-b.HighWatermark)
 	m.mu.Unlock()
-	return b.HighWatermark - 1, nil
+	return last, nil
 }
 
-// abortOpen aborts transactional id txnID's transaction when it is ongoing,
-// and waits until no marker of it is on its way.
-func (m *Mirror) abortOpen(ctx context.Context, txnID string) error {
+// abortFiller aborts the filler transaction when it is ongoing, and waits
+// until no marker of it is on its way.
+func (m *Mirror) abortFiller(ctx context.Context) error {
 	w := m.cfg.Writer
-	st, err := w.DescribeTxn(ctx, txnID)
+	st, err := w.DescribeTxn(ctx, m.fill.id)
 	if err != nil {
-		return fmt.Errorf("describing destination transaction %q: %w", txnID, err)
+		return fmt.Errorf("describing destination transaction %q: %w", m.fill.id, err)
 	}
 	if st.Open() {
-		if err := w.EndTxn(ctx, txnID, st.Producer, false); err != nil {
-			return fmt.Errorf("aborting destination transaction %q: %w", txnID, err)
+		if err := w.EndTxn(ctx, m.fill.id, st.Producer, false); err != nil {
+			return fmt.Errorf("aborting destination transaction %q: %w", m.fill.id, err)
 		}
 	} else if st.Settled() {
 		return nil
 	}
-	if _, err := w.WaitSettled(ctx, txnID); err != nil {
-		return fmt.Errorf("waiting for the abort of destination transaction %q: %w", txnID, err)
+	if _, err := w.WaitSettled(ctx, m.fill.id); err != nil {
+		return fmt.Errorf("waiting for the abort of destination transaction %q: %w", m.fill.id, err)
 	}
 	return nil
 }

@@ -87,22 +87,44 @@ func (m *Mirror) settleTxns(ctx context.Context) error {
 // closeDataTxn aborts the destination transaction of aborted source records
 // when the partition stops with it open: an open transaction would hold the
 // destination's last stable offset, and so every read_committed consumer of
-// the partition, until its timeout. Its marker lands after everything
-// mirrored, where it hides nothing.
+// the partition, until its timeout.
 func (m *Mirror) closeDataTxn(ctx context.Context) {
+	if err := m.closeData(ctx); err != nil {
+		m.log.Warn("could not abort the destination transaction of a failed partition", "transactional_id", m.data.id, "error", err)
+	}
+}
+
+// closeData aborts the transaction of aborted source records when it is
+// open, and waits until no marker of it is on its way. The marker of such
+// an abort lands after everything mirrored and stands for no source offset
+// (the source's may be a record), so the destination end before it is kept
+// as closedAt: Finish reports the last mirrored offset from there. A marker
+// already on its way is the partition's own, at an invisible source offset.
+func (m *Mirror) closeData(ctx context.Context) error {
 	w := m.cfg.Writer
 	st, err := w.DescribeTxn(ctx, m.data.id)
-	if err != nil || !st.Open() {
-		return
+	if err != nil {
+		return fmt.Errorf("describing destination transaction %q: %w", m.data.id, err)
 	}
-	if err := w.EndTxn(ctx, m.data.id, st.Producer, false); err != nil {
-		m.log.Warn("could not abort the destination transaction of a failed partition", "transactional_id", m.data.id, "error", err)
-		return
+	if st.Settled() {
+		return nil
 	}
-	m.data.open = false
+	if st.Open() {
+		tp := m.cfg.TP
+		b, err := w.Bounds(ctx, tp.Topic, tp.Partition)
+		if err != nil {
+			return fmt.Errorf("reading the destination end: %w", err)
+		}
+		if err := w.EndTxn(ctx, m.data.id, st.Producer, false); err != nil {
+			return fmt.Errorf("aborting destination transaction %q: %w", m.data.id, err)
+		}
+		m.data.open = false
+		m.closedAt = b.HighWatermark
+	}
 	if _, err := w.WaitSettled(ctx, m.data.id); err != nil {
-		m.log.Warn("waiting for the abort of the destination transaction of a failed partition", "transactional_id", m.data.id, "error", err)
+		return fmt.Errorf("waiting for the abort of destination transaction %q: %w", m.data.id, err)
 	}
+	return nil
 }
 
 // invisible gives the source offsets [src, src+n) invisible destination

@@ -2,6 +2,7 @@ package partition
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -111,6 +112,54 @@ func TestDataTxnKeptOpen(t *testing.T) {
 			r.checkIdentical()
 			if got := ended.Load(); got != tc.ended {
 				t.Errorf("%d destination transactions of aborted records ended, want %d", got, tc.ended)
+			}
+		})
+	}
+}
+
+// TestFinishWithDataTxnOpen stops a partition mirror (a failover stop: its
+// Run cancelled, not halted at a clean point) while its transaction of
+// aborted source records is open, the source's next offset a visible
+// record. Finish aborts the transaction, whose marker lands at the
+// destination end; that marker stands for no source offset, so the last
+// mirrored offset is the one before it.
+func TestFinishWithDataTxnOpen(t *testing.T) {
+	src := startSource(t)
+	dst := devclustertest.Start(t)
+	for i, method := range []FillerMethod{FillMarkers, FillCoordinator} {
+		t.Run(string(method), func(t *testing.T) {
+			l := shape(func(b *logBuilder) {
+				b.plain(prodP, rb.CodecNone, 2)
+				b.txn(prodA, rb.CodecNone, 2)
+				b.plain(prodP, rb.CodecNone, 1)
+				b.abort(prodA)
+			}).log(t)
+			l.setServed(4) // up to the aborted records: the transaction stays open
+			r := newRig(t, src, dst, fmt.Sprintf("finishopen%d", i), l, method)
+			p := r.start()
+			r.waitMirrored(p, 4)
+			data, _ := r.txnIDs()
+			ctx := context.Background()
+			if st, err := r.dw.DescribeTxn(ctx, data); err != nil || !st.Open() {
+				t.Fatalf("the transaction of aborted records is not open before the stop: %+v, %v", st, err)
+			}
+			p.cancel()
+			<-p.done
+			last, err := p.m.Finish(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if last != 3 {
+				t.Errorf("last mirrored offset %d, want 3 (the abort marker at 4 stands for no source offset)", last)
+			}
+			if st := p.m.Status(); st.LastMirrored != last || st.DestinationOffset != 5 {
+				t.Errorf("status: last mirrored %d, destination offset %d; want %d, 5", st.LastMirrored, st.DestinationOffset, last)
+			}
+			if st, err := r.dw.DescribeTxn(ctx, data); err != nil || !st.Settled() {
+				t.Errorf("the transaction of aborted records is not settled after Finish: %+v, %v", st, err)
+			}
+			if b := r.bounds(); b.HighWatermark != 5 || b.LastStable != 5 {
+				t.Errorf("destination end %d, last stable %d; want 5, 5 (the abort marker at 4)", b.HighWatermark, b.LastStable)
 			}
 		})
 	}
