@@ -815,18 +815,6 @@ func TestMarkersBehindAnsweredBatches(t *testing.T) {
 	f.topic(t, "m", 3)
 	ctx := context.Background()
 	pid := Producer{ID: 1 << 62}
-	async := func(x *Pending, err error) <-chan result {
-		ch := make(chan result, 1)
-		if err != nil {
-			ch <- result{-1, err}
-			return ch
-		}
-		go func() {
-			off, err := x.Wait(ctx)
-			ch <- result{off, err}
-		}()
-		return ch
-	}
 	ipid, epoch, err := f.w.InitProducerID(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -837,9 +825,9 @@ func TestMarkersBehindAnsweredBatches(t *testing.T) {
 	// behind it; m/1: 3 markers with nothing before them.
 	first := f.async(ctx, "m", 0, idem(0, 1))
 	<-o.held
-	mk0 := async(f.w.MarkersAsync(ctx, pid, "m", 0, 2))
-	after := async(f.w.ProduceAsync(ctx, "m", 0, idem(1, 1)))
-	mk1 := async(f.w.MarkersAsync(ctx, pid, "m", 1, 3))
+	mk0 := waitAsync(f.w.MarkersAsync(ctx, pid, "m", 0, 2))
+	after := waitAsync(f.w.ProduceAsync(ctx, "m", 0, idem(1, 1)))
+	mk1 := waitAsync(f.w.MarkersAsync(ctx, pid, "m", 1, 3))
 	// m/1's markers wait too, for the connection: nothing else goes out
 	// while they wait.
 	f.queued(t, "m", 3)
@@ -875,10 +863,10 @@ func TestMarkersBehindAnsweredBatches(t *testing.T) {
 	// are not sent; then the partition writes again.
 	fault := f.c.Kfake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "m", Partitions: []int32{2}, Err: kerr.NotLeaderForPartition})
 	defer fault.Remove()
-	refused := async(f.w.ProduceAsync(ctx, "m", 2, idem(0, 1)))
+	refused := waitAsync(f.w.ProduceAsync(ctx, "m", 2, idem(0, 1)))
 	notSent := []<-chan result{
-		async(f.w.MarkersAsync(ctx, pid, "m", 2, 1)),
-		async(f.w.ProduceAsync(ctx, "m", 2, idem(1, 1))),
+		waitAsync(f.w.MarkersAsync(ctx, pid, "m", 2, 1)),
+		waitAsync(f.w.ProduceAsync(ctx, "m", 2, idem(1, 1))),
 	}
 	if r := wait(t, refused); !errors.Is(r.err, kerr.NotLeaderForPartition) {
 		t.Fatalf("refused batch: offset %d, %v", r.off, r.err)
@@ -897,6 +885,59 @@ func TestMarkersBehindAnsweredBatches(t *testing.T) {
 	}
 	if got := f.end(t, "m", 2); got != 1 {
 		t.Errorf("m/2 ends at %d, want 1", got)
+	}
+}
+
+// waitAsync waits for x's answer in the background (err: the error of the
+// call that queued it).
+func waitAsync(x *Pending, err error) <-chan result {
+	ch := make(chan result, 1)
+	if err != nil {
+		ch <- result{-1, err}
+		return ch
+	}
+	go func() {
+		off, err := x.Wait(context.Background())
+		ch <- result{off, err}
+	}()
+	return ch
+}
+
+// TestBatchesWaitForAQueuedMarker: once a partition's next item is a
+// marker, waiting for its batch's answer, another partition's batch queued
+// meanwhile does not go out in a request of its own, which the marker
+// would then wait for too: it leaves right behind the marker, once the
+// answer came.
+func TestBatchesWaitForAQueuedMarker(t *testing.T) {
+	f := start(t)
+	f.w.maxInflight = 4
+	o := observe(t, f.c, 1)
+	markers := markersRequests(f.c)
+	f.topic(t, "q", 2)
+	ctx := context.Background()
+	ipid, epoch, err := f.w.InitProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := f.async(ctx, "q", 0, batch(t, ipid, epoch, 0, 0, 1))
+	<-o.held
+	mk := waitAsync(f.w.MarkersAsync(ctx, Producer{ID: 1 << 62}, "q", 0, 1))
+	other := waitAsync(f.w.ProduceAsync(ctx, "q", 1, batch(t, ipid, epoch, 0, 0, 2)))
+	f.queued(t, "q", 2)
+	if reqs, _, _ := o.snapshot(); len(reqs) != 1 {
+		t.Fatalf("produce requests %v while q/0's marker waits for its batch, want only that batch's", reqs)
+	}
+	o.releaseReq(0)
+	for name, ch := range map[string]<-chan result{"q/0's batch": first, "q/0's marker": mk, "q/1's batch": other} {
+		if r := wait(t, ch); r.err != nil || r.off > 0 {
+			t.Errorf("%s: offset %d, %v", name, r.off, r.err)
+		}
+	}
+	if got := markers(); len(got) != 1 || got[0][topicPart{"q", 0}] != 1 {
+		t.Errorf("WriteTxnMarkers requests %v, want one with q/0's marker", got)
+	}
+	if reqs, _, _ := o.snapshot(); len(reqs) != 2 || fmt.Sprint(reqs[1]) != fmt.Sprint([]topicPart{{"q", 1}}) {
+		t.Errorf("produce requests %v, want q/0's batch, then q/1's", reqs)
 	}
 }
 
