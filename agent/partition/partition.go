@@ -330,7 +330,7 @@ func (m *Mirror) Finish(ctx context.Context) (lastMirrored int64, err error) {
 		return -1, errors.New("no destination writer")
 	}
 	if m.cfg.Fillers == FillCoordinator {
-		if err := m.abortFiller(ctx); err != nil {
+		if err := m.abortOngoing(ctx, m.fill.id, nil); err != nil {
 			return -1, err
 		}
 	}
@@ -354,23 +354,30 @@ func (m *Mirror) Finish(ctx context.Context) (lastMirrored int64, err error) {
 	return last, nil
 }
 
-// abortFiller aborts the filler transaction when it is ongoing, and waits
-// until no marker of it is on its way.
-func (m *Mirror) abortFiller(ctx context.Context) error {
+// abortOngoing aborts transactional id txnID's transaction when it is
+// ongoing, and waits until no marker of it is on its way. before, when not
+// nil, runs just before the abort is asked (and may refuse it).
+func (m *Mirror) abortOngoing(ctx context.Context, txnID string, before func() error) error {
 	w := m.cfg.Writer
-	st, err := w.DescribeTxn(ctx, m.fill.id)
+	st, err := w.DescribeTxn(ctx, txnID)
 	if err != nil {
-		return fmt.Errorf("describing destination transaction %q: %w", m.fill.id, err)
+		return fmt.Errorf("describing destination transaction %q: %w", txnID, err)
 	}
-	if st.Open() {
-		if err := w.EndTxn(ctx, m.fill.id, st.Producer, false); err != nil {
-			return fmt.Errorf("aborting destination transaction %q: %w", m.fill.id, err)
-		}
-	} else if st.Settled() {
+	if st.Settled() {
 		return nil
 	}
-	if _, err := w.WaitSettled(ctx, m.fill.id); err != nil {
-		return fmt.Errorf("waiting for the abort of destination transaction %q: %w", m.fill.id, err)
+	if st.Open() {
+		if before != nil {
+			if err := before(); err != nil {
+				return err
+			}
+		}
+		if err := w.EndTxn(ctx, txnID, st.Producer, false); err != nil {
+			return fmt.Errorf("aborting destination transaction %q: %w", txnID, err)
+		}
+	}
+	if _, err := w.WaitSettled(ctx, txnID); err != nil {
+		return fmt.Errorf("waiting for the abort of destination transaction %q: %w", txnID, err)
 	}
 	return nil
 }

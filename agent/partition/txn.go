@@ -101,30 +101,19 @@ func (m *Mirror) closeDataTxn(ctx context.Context) {
 // as closedAt: Finish reports the last mirrored offset from there. A marker
 // already on its way is the partition's own, at an invisible source offset.
 func (m *Mirror) closeData(ctx context.Context) error {
-	w := m.cfg.Writer
-	st, err := w.DescribeTxn(ctx, m.data.id)
-	if err != nil {
-		return fmt.Errorf("describing destination transaction %q: %w", m.data.id, err)
-	}
-	if st.Settled() {
-		return nil
-	}
-	if st.Open() {
-		tp := m.cfg.TP
-		b, err := w.Bounds(ctx, tp.Topic, tp.Partition)
+	tp := m.cfg.TP
+	err := m.abortOngoing(ctx, m.data.id, func() error {
+		b, err := m.cfg.Writer.Bounds(ctx, tp.Topic, tp.Partition)
 		if err != nil {
 			return fmt.Errorf("reading the destination end: %w", err)
 		}
-		if err := w.EndTxn(ctx, m.data.id, st.Producer, false); err != nil {
-			return fmt.Errorf("aborting destination transaction %q: %w", m.data.id, err)
-		}
-		m.data.open = false
 		m.closedAt = b.HighWatermark
+		return nil
+	})
+	if err == nil {
+		m.data.open = false
 	}
-	if _, err := w.WaitSettled(ctx, m.data.id); err != nil {
-		return fmt.Errorf("waiting for the abort of destination transaction %q: %w", m.data.id, err)
-	}
-	return nil
+	return err
 }
 
 // invisible gives the source offsets [src, src+n) invisible destination
