@@ -71,6 +71,7 @@ func (w *pausable) pause() {
 	w.stop = nil
 	w.stats.Records += st.Records
 	w.stats.Aborted += st.Aborted
+	w.stats.Unsettled += st.Unsettled
 }
 
 // holdMarkers, before a leader change on the destination, stops the
@@ -605,7 +606,8 @@ func testBrokerFault(t *testing.T, eng engine, inject func(brokerEnv)) {
 				t.Errorf("%s p%d: Describe reports %d records lost", topic, part, s.LostRecords)
 			}
 		}
-		t.Logf("%s: %d records mirrored (%d of them in aborted transactions); partition retries %d", topic, stats[i].Records, stats[i].Aborted, retries)
+		t.Logf("%s: %d records mirrored (%d of them in aborted transactions, %d in transactions whose commit was lost with a broker); partition retries %d",
+			topic, stats[i].Records, stats[i].Aborted, stats[i].Unsettled, retries)
 	}
 	if stats[1].Aborted == 0 || stats[1].Aborted == stats[1].Records {
 		t.Fatalf("the transactional workload aborted %d of %d records: the test would not cover both fates", stats[1].Aborted, stats[1].Records)

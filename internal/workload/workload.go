@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -172,7 +173,8 @@ func wireCodec(attr uint8) string {
 }
 
 // Aborted reports whether record i belongs to a transaction the workload
-// aborts.
+// aborts. A transaction whose commit failed ends otherwise: see
+// Stats.Aborted and Stats.Unsettled.
 func (s Spec) Aborted(i int) bool {
 	if s.AbortEvery <= 0 || s.TransactionalID == "" {
 		return false
@@ -262,8 +264,14 @@ type Stats struct {
 	// Records of aborted transactions are included: they take offsets.
 	Records      int64
 	PerPartition map[int32]int64
-	// Aborted counts the acknowledged records of aborted transactions.
+	// Aborted counts the acknowledged records of aborted transactions,
+	// including those of a commit the client refused to attempt.
 	Aborted int64
+	// Unsettled counts the acknowledged records of transactions whose
+	// commit was sent but never answered (its coordinator went away with
+	// it): committed or aborted, the producer cannot tell. They are in
+	// the log either way, and counted in Records.
+	Unsettled int64
 	// Bytes counts acknowledged key and value bytes.
 	Bytes int64
 	// Batches counts produced batches by the codec they carry on the wire.
@@ -351,11 +359,12 @@ type run struct {
 	spec       Spec
 	rate       int
 
-	perPart []atomic.Int64 // acknowledged records per partition
-	aborted atomic.Int64
-	bytes   atomic.Int64
-	firstMu sync.Mutex
-	first   error // first produce error
+	perPart   []atomic.Int64 // acknowledged records per partition
+	aborted   atomic.Int64
+	unsettled atomic.Int64
+	bytes     atomic.Int64
+	firstMu   sync.Mutex
+	first     error // first produce error
 
 	batchMu sync.Mutex
 	batches map[string]int
@@ -513,8 +522,10 @@ func (r *run) chunk(ctx context.Context, cl *kgo.Client, k, from, to int) error 
 		}
 		return err
 	}
+	end := committed
 	if txn {
-		if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(!abort)); err != nil {
+		var err error
+		if end, err = endTransaction(ctx, cl, !abort); err != nil {
 			return fmt.Errorf("workload: ending transaction of chunk %d: %w", k, err)
 		}
 	}
@@ -525,8 +536,11 @@ func (r *run) chunk(ctx context.Context, cl *kgo.Client, k, from, to int) error 
 		r.perPart[rec.Partition].Add(1)
 		r.bytes.Add(int64(len(rec.Key) + len(rec.Value)))
 	}
-	if abort {
+	switch end {
+	case aborted:
 		r.aborted.Add(int64(len(pending)))
+	case unsettled:
+		r.unsettled.Add(int64(len(pending)))
 	}
 	r.progMu.Lock()
 	r.total += int64(len(pending))
@@ -534,6 +548,44 @@ func (r *run) chunk(ctx context.Context, cl *kgo.Client, k, from, to int) error 
 	r.changed = make(chan struct{})
 	r.progMu.Unlock()
 	return nil
+}
+
+// txnEnd is how a transaction ended, as far as its producer knows.
+type txnEnd int
+
+const (
+	committed txnEnd = iota
+	aborted
+	unsettled // the commit's answer never came
+)
+
+// endTransaction ends cl's transaction, committing it if commit. Its
+// records were all acknowledged, so they take offsets whatever the end;
+// only an end that leaves the producer unusable is an error. A commit
+// lost with its coordinator (a broker killed or moved) is settled as
+// franz-go documents: TryAbort, whose producer id reload aborts the
+// transaction if the commit never reached the coordinator. Production
+// goes on, so that a test killing brokers keeps a live source.
+func endTransaction(ctx context.Context, cl *kgo.Client, commit bool) (txnEnd, error) {
+	end := aborted
+	if commit {
+		end = committed
+	}
+	err := cl.EndTransaction(ctx, kgo.TransactionEndTry(commit))
+	if err == nil {
+		return end, nil
+	}
+	refused := errors.Is(err, kerr.OperationNotAttempted) || errors.Is(err, kerr.TransactionAbortable)
+	if ke, ok := errors.AsType[*kerr.Error](err); ok && !refused && !ke.Retriable && !errors.Is(err, kerr.UnknownServerError) {
+		return 0, err // fenced, or another definitive answer
+	}
+	if abortErr := cl.EndTransaction(ctx, kgo.TryAbort); abortErr != nil {
+		return 0, fmt.Errorf("%w; then aborting: %w", err, abortErr)
+	}
+	if commit && !refused {
+		return unsettled, nil
+	}
+	return aborted, nil
 }
 
 func (r *run) fail(err error) {
@@ -569,6 +621,7 @@ func (r *run) stats(elapsed time.Duration) Stats {
 		Spec:         r.spec,
 		PerPartition: r.acked(),
 		Aborted:      r.aborted.Load(),
+		Unsettled:    r.unsettled.Load(),
 		Bytes:        r.bytes.Load(),
 		Batches:      make(map[string]int),
 		Elapsed:      elapsed,

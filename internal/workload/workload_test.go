@@ -3,13 +3,16 @@ package workload
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 func cluster(t *testing.T, partitions int32) []kgo.Opt {
@@ -174,6 +177,60 @@ func TestProduceTransactional(t *testing.T) {
 	}
 	if n != 2000 {
 		t.Errorf("%d committed records expected by the spec, want 2000", n)
+	}
+}
+
+// TestProduceTransactionalCommitLost loses every try of the first
+// commit with its connection, as when the coordinator's broker is killed:
+// production goes on, the chunk is counted as unsettled, and the client's
+// abort after it fenced the transaction, so read_committed never sees it.
+func TestProduceTransactionalCommitLost(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "w"))
+	if err != nil {
+		t.Fatalf("kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	var lost atomic.Int32
+	var first atomic.Pointer[kmsg.EndTxnRequest]
+	c.ControlKey(int16(kmsg.EndTxn), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.EndTxnRequest)
+		if req.Commit {
+			first.CompareAndSwap(nil, req)
+		}
+		if f := first.Load(); f != nil && req.ProducerID == f.ProducerID && req.ProducerEpoch == f.ProducerEpoch {
+			lost.Add(1)
+			return nil, errors.New("coordinator gone"), true // closes the connection
+		}
+		return nil, nil, false
+	})
+	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.RequestRetries(2), kgo.RetryBackoffFn(func(int) time.Duration { return 10 * time.Millisecond })}
+	spec := Spec{Topic: "w", Partitions: 2, Records: 3000, ChunkRecords: 500, Codecs: []string{CodecZstd},
+		TransactionalID: "wl", AbortEvery: 3, ExplicitTimestamps: true}
+	st, err := Produce(context.Background(), opts, spec)
+	if err != nil {
+		t.Fatalf("production stopped at the lost commit: %v", err)
+	}
+	if lost.Load() == 0 {
+		t.Fatal("no commit was lost: the test tested nothing")
+	}
+	// Chunk 0's commit is lost; chunks 2 and 5 are aborted.
+	if st.Records != 3000 || st.Aborted != 1000 || st.Unsettled != 500 {
+		t.Errorf("records %d aborted %d unsettled %d, want 3000, 1000 and 500", st.Records, st.Aborted, st.Unsettled)
+	}
+	consume(t, opts, map[int32]int{0: 1500, 1: 1500}, kgo.ReadUncommitted())
+	committed := consume(t, opts, map[int32]int{0: 750, 1: 750}, kgo.ReadCommitted())
+	for i := 500; i < spec.Records; i++ {
+		if st.Spec.Aborted(i) {
+			continue
+		}
+		want := st.Spec.Record(i)
+		got := committed[want.Partition]
+		if len(got) == 0 {
+			t.Fatalf("record %d missing", i)
+		}
+		sameRecord(t, i, got[0], want)
+		committed[want.Partition] = got[1:]
 	}
 }
 
