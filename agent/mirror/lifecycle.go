@@ -465,6 +465,9 @@ func restoreOf(pr partitionRecord) restore {
 // restorePartition sets up tp from its persisted record when it must not
 // simply run (restoreOf), and says whether it did.
 func (m *Runner) restorePartition(tp fetcher.TP, cfg partition.Config, pr partitionRecord) bool {
+	if keepsClosedAt(pr) {
+		cfg.ClosedAt = pr.ClosedAt
+	}
 	switch restoreOf(pr) {
 	case restoreHold:
 		pm := partition.New(cfg)

@@ -6,13 +6,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/leaders"
 	"github.com/kmirror/kmirror/agent/partition"
+	"github.com/kmirror/kmirror/agent/statestore"
+	"github.com/kmirror/kmirror/agent/writer"
 	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/mirrorapi"
+	"github.com/kmirror/kmirror/internal/mirrorspec"
 	"github.com/kmirror/kmirror/internal/reason"
 )
 
@@ -312,6 +318,40 @@ func TestRunnerLifecycle(t *testing.T) {
 	}
 }
 
+// TestStopFinishedAfterRestartKeepsClosedAt: an agent that closed the
+// transaction of aborted records of a partition STOPPING for a failover,
+// and died before it recorded STOPPED, left the abort marker at the
+// destination end; the agent that finishes the stop reports the offset
+// before the recorded close as last mirrored, not the marker.
+func TestStopFinishedAfterRestartKeepsClosedAt(t *testing.T) {
+	e := newEnv(t, []devcluster.Option{devcluster.KfakeOptions(kfake.SeedTopics(1, "orders"))}, nil)
+	e.produce("orders", 0, 3)
+	rec := e.record("dr", "orders")
+	m := e.start(rec)
+	waitFor(t, m, "mirroring", func(st mirrorapi.Mirror) bool { return allIn(st, "orders", partition.Mirroring, 3) })
+	m.Stop()
+	ctx := testCtx(t)
+	tp := fetcher.TP{Topic: "orders", Partition: 0}
+	// What the dead agent left: the record of the stop with the close,
+	// and the abort marker after the mirrored records, at 3.
+	if err := WriteRecord(ctx, e.cfg.Store, PartitionKey("dr", tp), partitionRecord{State: partition.Stopping, StopMode: StopFailover, LastMirroredOffset: 2, ClosedAt: 3}); err != nil {
+		t.Fatal(err)
+	}
+	x, err := e.cfg.Writer.MarkersAsync(ctx, writer.Producer{ID: 1 << 62}, "orders", 0, 1)
+	if err == nil {
+		_, err = x.Wait(ctx)
+	}
+	if err != nil {
+		t.Fatalf("writing the abort marker: %v", err)
+	}
+	m2 := e.start(rec)
+	waitFor(t, m2, "stopped", func(st mirrorapi.Mirror) bool { return allIn(st, "orders", partition.Stopped, 4) })
+	var pr partitionRecord
+	if !ReadRecord(e.cfg.Store, PartitionKey("dr", tp), &pr) || pr.State != partition.Stopped || pr.LastMirroredOffset != 2 {
+		t.Errorf("orders/0 persisted as %+v, want STOPPED at 2 (the marker at 3 stands for no source offset)", pr)
+	}
+}
+
 // TestRecoverShowsAtOnce: a recovered partition reads INITIALIZING with
 // the recovering reason as soon as the recover returns, not FAILED until
 // the mirror's next look starts it (terraform apply polls for it).
@@ -325,4 +365,48 @@ func TestRecoverShowsAtOnce(t *testing.T) {
 	if st := rp.pm.Status(); st.State != partition.Initializing || st.ReasonCode != reason.Recovering {
 		t.Errorf("after recover: %s %s %q, want INITIALIZING recovering", st.State, st.ReasonCode, st.Reason)
 	}
+}
+
+// TestClosedAtKept: where a partition closed its transaction of aborted
+// records (noteClosed) stays in its record through the states that may
+// still finish a failover stop without running again, FAILED and STOPPING
+// for a failover, and goes with any other; a restored partition mirror
+// gets it back (closedAt).
+func TestClosedAtKept(t *testing.T) {
+	ctx := testCtx(t)
+	m := New(&Config{Store: testStore(t), Logger: hclog.NewNullLogger()}, Record{Spec: mirrorspec.Spec{Name: "closed"}})
+	for i, tc := range []struct {
+		then []partitionRecord // written after the close, in order
+		want int64
+	}{
+		{nil, 42},
+		{[]partitionRecord{{State: partition.Stopping, StopMode: StopFailover}}, 42},
+		{[]partitionRecord{{State: partition.Stopping}, {State: partition.Stopping, Reason: "timed out"}}, 42},
+		{[]partitionRecord{{State: partition.Stopping, StopMode: StopFailover}, {State: partition.Stopped, StopMode: StopFailover}}, 0},
+		{[]partitionRecord{{State: partition.Initializing}, {State: partition.Failed}}, 0}, // a recover, then a new failure
+		{[]partitionRecord{{State: partition.Stopping, StopMode: StopPromote}}, 0},         // a promote runs again
+	} {
+		tp := fetcher.TP{Topic: "t", Partition: int32(i)}
+		m.persist(tp, partitionRecord{State: partition.Failed})
+		m.noteClosed(ctx, tp, 42)
+		for _, pr := range tc.then {
+			m.persist(tp, pr)
+		}
+		if got := m.closedAt(tp); got != tc.want {
+			t.Errorf("case %d: closed at %d after %v, want %d", i, got, tc.then, tc.want)
+		}
+	}
+}
+
+// testStore is a state store on a cluster of its own, for a runner put
+// together by a test.
+func testStore(t *testing.T) Store {
+	t.Helper()
+	dst := devclustertest.Start(t)
+	store, err := statestore.Open(testCtx(t), []kgo.Opt{kgo.SeedBrokers(dst.Bootstrap()...)}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	return store
 }

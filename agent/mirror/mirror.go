@@ -47,6 +47,7 @@ type Runner struct {
 	refresh chan struct{}      // makes the topic sync look again at once
 	wg      sync.WaitGroup     // partition mirrors and sync loops of a connection
 	ops     sync.WaitGroup     // lifecycle goroutines; run waits for them
+	recMu   sync.Mutex         // orders the read-modify-writes of partition records
 
 	mu            sync.Mutex
 	spec          mirrorspec.Spec

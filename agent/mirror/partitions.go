@@ -106,6 +106,7 @@ func (m *Runner) idlePartition(tp fetcher.TP) *partition.Mirror {
 	return partition.New(partition.Config{
 		Mirror: m.rec.Spec.Name, TP: tp, Writer: m.cfg.Writer, Fillers: m.cfg.Fillers,
 		ProducerID: m.rec.ProducerID, Epoch: m.rec.Epoch, Logger: m.log.Named("partition"),
+		ClosedAt: m.closedAt(tp), OnClose: func(at int64) { m.noteClosed(m.ctx, tp, at) },
 	})
 }
 
@@ -153,7 +154,7 @@ func halt(rp *runningPartition, stop context.CancelFunc, clean bool, grace, wait
 
 // persist writes tp's record with the run context of the mirror.
 func (m *Runner) persist(tp fetcher.TP, pr partitionRecord) {
-	if err := WriteRecord(m.ctx, m.cfg.Store, PartitionKey(m.rec.Spec.Name, tp), pr); err != nil {
+	if err := m.writePartition(m.ctx, tp, pr); err != nil {
 		m.log.Error("persisting partition state", "partition", tp.String(), "state", pr.State, "error", err)
 	}
 }
@@ -162,9 +163,58 @@ func (m *Runner) persist(tp fetcher.TP, pr partitionRecord) {
 // OnChange, and the failure of a topic (failTopic).
 func (m *Runner) persistPartition(ctx context.Context, tp fetcher.TP, st partition.Status) {
 	rec := partitionRecord{State: st.State, Reason: st.Reason, ReasonCode: st.ReasonCode, LastMirroredOffset: st.LastMirrored, StopMode: m.life.modeOf(tp, st.State)}
-	if err := WriteRecord(ctx, m.cfg.Store, PartitionKey(m.rec.Spec.Name, tp), rec); err != nil && !errors.Is(err, context.Canceled) {
+	if err := m.writePartition(ctx, tp, rec); err != nil && !errors.Is(err, context.Canceled) {
 		m.log.Error("persisting partition state", "partition", tp.String(), "error", err)
 	}
+}
+
+// writePartition writes tp's record pr. A record that keeps ClosedAt
+// (keepsClosedAt) takes it from the record it replaces when it has none:
+// the state changes that follow a close (FAILED, then a failover stop) do
+// not know it.
+func (m *Runner) writePartition(ctx context.Context, tp fetcher.TP, pr partitionRecord) error {
+	m.recMu.Lock()
+	defer m.recMu.Unlock()
+	key := PartitionKey(m.rec.Spec.Name, tp)
+	if keepsClosedAt(pr) && pr.ClosedAt == 0 {
+		var old partitionRecord
+		if ReadRecord(m.cfg.Store, key, &old) && keepsClosedAt(old) {
+			pr.ClosedAt = old.ClosedAt
+		}
+	}
+	return WriteRecord(ctx, m.cfg.Store, key, pr)
+}
+
+// keepsClosedAt says whether a partition recorded as pr may still finish a
+// failover stop without running again: FAILED, or STOPPING for a failover.
+// A promote runs again until it finishes.
+func keepsClosedAt(pr partitionRecord) bool {
+	return pr.State == partition.Failed || (pr.State == partition.Stopping && pr.StopMode != StopPromote)
+}
+
+// noteClosed records in tp's record where its partition mirror closed the
+// transaction of aborted records (partition.Config.OnClose), before the
+// abort is asked.
+func (m *Runner) noteClosed(ctx context.Context, tp fetcher.TP, closedAt int64) {
+	m.recMu.Lock()
+	defer m.recMu.Unlock()
+	key := PartitionKey(m.rec.Spec.Name, tp)
+	var pr partitionRecord
+	ReadRecord(m.cfg.Store, key, &pr)
+	pr.ClosedAt = closedAt
+	if err := WriteRecord(ctx, m.cfg.Store, key, pr); err != nil {
+		m.log.Error("persisting where the transaction of aborted records closed", "partition", tp.String(), "closed_at", closedAt, "error", err)
+	}
+}
+
+// closedAt is the ClosedAt of tp's record, for a partition mirror that does
+// not run (restored FAILED or STOPPING, or idle).
+func (m *Runner) closedAt(tp fetcher.TP) int64 {
+	var pr partitionRecord
+	if ReadRecord(m.cfg.Store, PartitionKey(m.rec.Spec.Name, tp), &pr) && keepsClosedAt(pr) {
+		return pr.ClosedAt
+	}
+	return 0
 }
 
 // restartPartition persists pr and lets the mirror start tp afresh at its

@@ -152,7 +152,7 @@ func TestFencesReadOnlyNotSuperUser(t *testing.T) {
 // does make a mirroring one read-only.
 func TestEnforceReadOnlyNotAfterStop(t *testing.T) {
 	f, _, admin := securedDestination(t, true)
-	m := New(&Config{Logger: hclog.NewNullLogger()}, Record{Spec: mirrorspec.Spec{Name: "dr"}})
+	m := New(&Config{Store: testStore(t), Logger: hclog.NewNullLogger()}, Record{Spec: mirrorspec.Spec{Name: "dr"}})
 	m.fences = f
 	ctx := testCtx(t)
 	for _, tc := range []struct {

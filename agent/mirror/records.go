@@ -61,6 +61,12 @@ type partitionRecord struct {
 	// the figure last reported otherwise (0 in records written before it
 	// was kept).
 	LastMirroredOffset int64 `json:"last_mirrored_offset"`
+	// ClosedAt is the destination end before the abort marker of the
+	// transaction of aborted records that a FAILED partition, or one
+	// STOPPING for a failover, closed (partition.Config.OnClose): a stop
+	// finished after a restart reports the offset before it as last
+	// mirrored. 0: none; other records drop it (keepsClosedAt).
+	ClosedAt int64 `json:"closed_at,omitempty"`
 	// StopMode is how a STOPPING partition stops, to finish the stop
 	// after a restart, and how a STOPPED one stopped (describe shows it).
 	StopMode StopMode `json:"stop_mode,omitempty"`

@@ -159,6 +159,7 @@ func (m *Runner) startPartitions(ctx context.Context, source sourceReader, f *fe
 			Fetcher: f, Source: source, Writer: m.cfg.Writer, Checkpoints: checkpoints{m.cfg.Store, name}, Producers: ownedProducers{m.cfg.Store, m.cfg.Logger}, Fillers: m.cfg.Fillers,
 			HangingAfter: m.cfg.HangingTxnAfter, AbortSpan: m.cfg.AbortSpan, Recovering: recovering, Base: m.failbackBase(tp), TxnTimeout: m.conn.txnTimeoutNow(),
 			OnChange: func(st partition.Status) { m.persistPartition(ctx, tp, st) },
+			OnClose:  func(at int64) { m.noteClosed(ctx, tp, at) },
 			Logger:   m.log.Named("partition"),
 		}
 		var pr partitionRecord

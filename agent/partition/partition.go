@@ -104,6 +104,13 @@ type Config struct {
 	// OnChange is called after every state or reason change (for
 	// persistence); it must not block for long.
 	OnChange func(Status)
+	// OnClose is called, before the abort is asked, with the destination
+	// end before the marker of a transaction of aborted records that the
+	// partition closes as it stops or fails (closedAt), for persistence:
+	// an agent that restarts before the stop is recorded must not count
+	// that marker as mirrored. ClosedAt gives the figure back (0: none).
+	OnClose  func(closedAt int64)
+	ClosedAt int64
 	Logger   hclog.Logger
 	// PadBatch is the number of records per padding batch (default 65536:
 	// zstd compresses larger batches better, to about 0.54 bytes an offset
@@ -232,6 +239,9 @@ func New(cfg Config) *Mirror {
 	m.st = Status{Mirror: cfg.Mirror, Topic: cfg.TP.Topic, Partition: cfg.TP.Partition, State: Initializing, LastMirrored: -1}
 	m.caughtUp = time.Now()
 	m.stalledAt, m.closedAt = -1, -1
+	if cfg.ClosedAt > 0 {
+		m.closedAt = cfg.ClosedAt
+	}
 	m.halt = make(chan struct{})
 	return m
 }

@@ -108,6 +108,9 @@ func (m *Mirror) closeData(ctx context.Context) error {
 			return fmt.Errorf("reading the destination end: %w", err)
 		}
 		m.closedAt = b.HighWatermark
+		if m.cfg.OnClose != nil {
+			m.cfg.OnClose(m.closedAt)
+		}
 		return nil
 	})
 	if err == nil {

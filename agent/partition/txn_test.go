@@ -145,12 +145,34 @@ func TestFinishWithDataTxnOpen(t *testing.T) {
 			}
 			p.cancel()
 			<-p.done
+			var noted []int64
+			p.m.cfg.OnClose = func(at int64) {
+				if st, err := r.dw.DescribeTxn(ctx, data); err != nil || !st.Open() {
+					t.Errorf("OnClose called with the transaction not open (%+v, %v): called after the abort", st, err)
+				}
+				noted = append(noted, at)
+			}
 			last, err := p.m.Finish(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if last != 3 {
 				t.Errorf("last mirrored offset %d, want 3 (the abort marker at 4 stands for no source offset)", last)
+			}
+			if len(noted) != 1 || noted[0] != 4 {
+				t.Errorf("OnClose heard %v, want [4]: the end before the abort marker", noted)
+			}
+			// An agent restarted before the stop was recorded finishes it
+			// with a mirror of its own: with the figure OnClose gave it
+			// reports 3 again; without, the marker would count.
+			for _, c := range []struct {
+				closedAt, want int64
+			}{{4, 3}, {0, 4}} {
+				cfg := p.cfg
+				cfg.ClosedAt, cfg.OnClose = c.closedAt, nil
+				if got, err := New(cfg).Finish(ctx); err != nil || got != c.want {
+					t.Errorf("Finish of a new mirror with ClosedAt %d: last mirrored %d, %v; want %d", c.closedAt, got, err, c.want)
+				}
 			}
 			if st := p.m.Status(); st.LastMirrored != last || st.DestinationOffset != 5 {
 				t.Errorf("status: last mirrored %d, destination offset %d; want %d, 5", st.LastMirrored, st.DestinationOffset, last)
