@@ -156,6 +156,7 @@ type peerSource struct {
 	source
 	visible int64 // records a read_committed consumer sees: what MirrorMaker copies
 	about   string
+	rounds  *rounds // what its layout asks of the writes; nil: not read
 }
 
 // peerRun is one contender's copy of one source in one scenario.
@@ -269,6 +270,10 @@ func printPeers(b *testing.B, pe *peerEnv, ss []*peerScenario, took time.Duratio
 		per := func(items, reqs int64) float64 { return float64(items) / max(float64(reqs), 1) }
 		figure("  %s: kmirror wrote with %.1f requests per MB: %d produce (%.2f batches each), %d WriteTxnMarkers (%.2f markers each), %d transactional produce; it ended %d transactions through the coordinator",
 			s.name, float64(w.Produce+w.Markers+w.ProduceTxn)/mb, w.Produce, per(w.ProduceBatches, w.Produce), w.Markers, per(w.MarkersWritten, w.Markers), w.ProduceTxn, w.Transactions)
+		if r := s.src.rounds; r != nil {
+			figure("    its layout (a partition's batch, or its markers in a row, per request, each after the answer to the last) needs at least %d rounds of requests, %.1f per MB; %d, %.1f per MB, writing each round the kind most partitions are at",
+				r.least, float64(r.least)/mb, r.greedy, float64(r.greedy)/mb)
+		}
 	}
 	ratio := func(a, b peerRun) float64 { return a.mbps() / b.mbps() }
 	for _, s := range ss {
@@ -351,6 +356,8 @@ func (pe *peerEnv) txnSources(ctx context.Context, b *testing.B, mb int) (txn, t
 		b.Fatal(errs[0])
 	}
 	txn = &peerSource{source: pe.describeSource(ctx, b, "peers-txn"), visible: int64(res.CommittedRecords)}
+	r := layoutRounds(ctx, b, pe.srcCl, "peers-txn", partitions)
+	txn.rounds = &r
 	txn.about = fmt.Sprintf("transactional: %d records committed and %d aborted in %d-record transactions by %d Java producers, %d offsets, %.0f MB of batches",
 		res.CommittedRecords, res.AbortedRecords, txnRecords, txnProducers, txn.total, float64(txn.stored)/MB)
 	twin = &peerSource{source: pe.describeSource(ctx, b, "peers-twin")}

@@ -1,0 +1,103 @@
+package bench
+
+import (
+	"context"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kmirror/kmirror/agent/fetcher"
+	"github.com/kmirror/kmirror/agent/leaders"
+)
+
+// rounds is what a source's layout asks of the writes that mirror it to a
+// one-broker destination. A write request carries at most one batch of a
+// partition, or the partition's markers in a row; a partition's next item
+// waits for the answer to its last (a marker must not take the offset of
+// a batch the broker refused). So every round of requests advances each
+// partition by one item at most.
+type rounds struct {
+	// least is the rounds any schedule needs: the items of the longest
+	// partition.
+	least int
+	// greedy is what a schedule that knows the whole layout needs when
+	// each round writes the kind of item most partitions are at (markers
+	// on a tie), one request a round.
+	greedy int
+}
+
+// layoutRounds reads the batch headers of every partition of topic.
+func layoutRounds(ctx context.Context, b *testing.B, cl *kgo.Client, topic string, parts int32) rounds {
+	b.Helper()
+	meta := leaders.New(cl)
+	items := make([][]bool, parts) // true: markers
+	for p := range parts {
+		bounds, err := meta.Bounds(ctx, topic, p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tp := fetcher.TP{Topic: topic, Partition: p}
+		for batch, err := range fetcher.ReadRange(ctx, cl, meta, tp, bounds.LogStart, bounds.HighWatermark, 8<<20) {
+			if err != nil {
+				b.Fatalf("reading the layout of %s: %v", tp, err)
+			}
+			marker := batch.IsControl()
+			if n := len(items[p]); marker && n > 0 && items[p][n-1] {
+				continue // markers in a row go together
+			}
+			items[p] = append(items[p], marker)
+		}
+	}
+	return roundsOf(items)
+}
+
+// roundsOf computes rounds from each partition's items in order (true:
+// markers in a row, false: a batch).
+func roundsOf(items [][]bool) rounds {
+	var r rounds
+	next := make([]int, len(items))
+	for _, p := range items {
+		r.least = max(r.least, len(p))
+	}
+	for {
+		var batches, markers int
+		for i, p := range items {
+			if next[i] < len(p) {
+				if p[next[i]] {
+					markers++
+				} else {
+					batches++
+				}
+			}
+		}
+		if batches+markers == 0 {
+			return r
+		}
+		kind := markers >= batches
+		for i, p := range items {
+			if next[i] < len(p) && p[next[i]] == kind {
+				next[i]++
+			}
+		}
+		r.greedy++
+	}
+}
+
+func TestRoundsOf(t *testing.T) {
+	const B, M = false, true
+	for _, tc := range []struct {
+		name  string
+		items [][]bool
+		want  rounds
+	}{
+		{"none", nil, rounds{}},
+		{"partitions in step", [][]bool{{B, M, B, M}, {B, M, B, M}}, rounds{4, 4}},
+		{"half a step apart", [][]bool{{B, M, B, M}, {M, B, M, B}}, rounds{4, 5}},
+		{"two batches in a row", [][]bool{{B, B, M}, {B, M, B}, {B, M, B}}, rounds{3, 4}},
+		{"plain", [][]bool{{B, B}, {B}}, rounds{2, 2}},
+	} {
+		if got := roundsOf(tc.items); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
