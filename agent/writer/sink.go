@@ -316,12 +316,12 @@ func (s *sink) maybeSendLocked() {
 }
 
 // takeLocked moves queued items into a new request: in arrival order, one
-// per partition, all batches or all markers (the kind of the first item
-// that may go), none of a partition whose window is full, whose marker
-// waits for earlier answers or for the connection, or which has an earlier
-// item left queued, up to maxRequestBytes. Nothing goes while a request is
-// in flight and a marker is queued. Items of a partition that failed are
-// answered ErrNotSent.
+// per partition (or a partition's marker items in a row), all batches or
+// all markers (the kind of the first item that may go), none of a
+// partition whose window is full, whose marker waits for earlier answers
+// or for the connection, or which has an earlier item left queued, up to
+// maxRequestBytes. Nothing goes while a request is in flight and a marker
+// is queued. Items of a partition that failed are answered ErrNotSent.
 func (s *sink) takeLocked() *request {
 	if s.inflight > 0 && s.markers > 0 {
 		return nil // the connection drains for the markers
@@ -330,7 +330,8 @@ func (s *sink) takeLocked() *request {
 		r     *request
 		bytes int
 		kept  = s.queue[:0]
-		held  = map[topicPart]bool{} // partitions in r, or with an item kept queued
+		held  = map[topicPart]bool{} // partitions with an item kept queued
+		in    = map[topicPart]bool{} // partitions in r
 	)
 	for _, p := range s.queue {
 		if s.failed[p.tp] {
@@ -341,7 +342,14 @@ func (s *sink) takeLocked() *request {
 		}
 		marker := p.markers > 0
 		ready := s.busy[p.tp] < s.w.maxPerPartition
-		if marker {
+		switch {
+		case in[p.tp]:
+			// Markers right behind the partition's markers in r go with
+			// them, in the request's next entries (markersRequest): a
+			// source's commit markers in a row cost one round, not one
+			// each.
+			ready = marker && r.markers
+		case marker:
 			ready = s.busy[p.tp] == 0 && s.inflight == 0
 		}
 		if held[p.tp] || !ready || (r != nil && (r.markers != marker || bytes+len(p.batch) > maxRequestBytes)) {
@@ -352,7 +360,7 @@ func (s *sink) takeLocked() *request {
 		if r == nil {
 			r = &request{markers: marker}
 		}
-		held[p.tp] = true
+		in[p.tp] = true
 		s.busy[p.tp]++
 		s.unqueueLocked(p)
 		bytes += len(p.batch)
@@ -451,13 +459,21 @@ func (w *Writer) produceRequest(txnID *string, items []*pending) *kmsg.ProduceRe
 }
 
 // markersRequest writes each item's markers: the request's k-th marker
-// entry names every partition with more than k markers.
+// entry names every partition with more than k markers among its items,
+// which take the entries in their order (the broker appends the entries
+// in order).
 func markersRequest(items []*pending) *kmsg.WriteTxnMarkersRequest {
 	req := kmsg.NewPtrWriteTxnMarkersRequest()
+	first := make([]int, len(items)) // the entry of each item's first marker
+	entries := map[topicPart]int{}
+	for i, p := range items {
+		first[i] = entries[p.tp]
+		entries[p.tp] += p.markers
+	}
 	for k := 0; ; k++ {
 		m := kmsg.NewWriteTxnMarkersRequestMarker()
-		for _, p := range items {
-			if p.markers <= k {
+		for i, p := range items {
+			if k < first[i] || k >= first[i]+p.markers {
 				continue
 			}
 			if len(m.Topics) == 0 {

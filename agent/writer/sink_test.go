@@ -941,6 +941,43 @@ func TestBatchesWaitForAQueuedMarker(t *testing.T) {
 	}
 }
 
+// TestMarkersInARowLeaveTogether: a partition's marker items queued one
+// behind the other (a source's commit markers in a row) leave in one
+// WriteTxnMarkers request, one entry each in their order, and the batch
+// after them lands after both.
+func TestMarkersInARowLeaveTogether(t *testing.T) {
+	f := start(t)
+	f.w.maxInflight = 4
+	o := observe(t, f.c, 1)
+	markers := markersRequests(f.c)
+	f.topic(t, "r", 2)
+	ctx := context.Background()
+	ipid, epoch, err := f.w.InitProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := Producer{ID: 1 << 62}
+	first := f.async(ctx, "r", 0, batch(t, ipid, epoch, 0, 0, 1))
+	<-o.held
+	m1 := waitAsync(f.w.MarkersAsync(ctx, pid, "r", 0, 1))
+	m2 := waitAsync(f.w.MarkersAsync(ctx, pid, "r", 0, 2))
+	other := waitAsync(f.w.MarkersAsync(ctx, pid, "r", 1, 1))
+	after := waitAsync(f.w.ProduceAsync(ctx, "r", 0, batch(t, ipid, epoch, 1, 0, 1)))
+	f.queued(t, "r", 4)
+	o.releaseReq(0)
+	for name, ch := range map[string]<-chan result{"r/0's batch": first, "r/0's first markers": m1, "r/0's second markers": m2, "r/1's marker": other} {
+		if r := wait(t, ch); r.err != nil {
+			t.Errorf("%s: %v", name, r.err)
+		}
+	}
+	if r := wait(t, after); r.err != nil || r.off != 4 {
+		t.Errorf("r/0's batch after the markers: offset %d, %v; want 4 (1 record, then 3 markers)", r.off, r.err)
+	}
+	if got := markers(); len(got) != 1 || got[0][topicPart{"r", 0}] != 3 || got[0][topicPart{"r", 1}] != 1 {
+		t.Errorf("WriteTxnMarkers requests %v, want one with r/0's 3 markers and r/1's 1", got)
+	}
+}
+
 // TestLanesDoNotWaitForEachOther: partitions on different lanes of a broker
 // write over connections of their own, so a request the broker holds on
 // one does not hold up the other (a broker handles one request of a

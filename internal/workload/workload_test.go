@@ -161,21 +161,7 @@ func TestProduceTransactional(t *testing.T) {
 			t.Errorf("partition %d ends at %d, want 1506 (1500 records, 6 markers)", p, end.Offset)
 		}
 	}
-	n := 0
-	for i := range spec.Records {
-		if st.Spec.Aborted(i) {
-			continue
-		}
-		want := st.Spec.Record(i)
-		got := committed[want.Partition]
-		if len(got) == 0 {
-			t.Fatalf("record %d missing", i)
-		}
-		sameRecord(t, i, got[0], want)
-		committed[want.Partition] = got[1:]
-		n++
-	}
-	if n != 2000 {
+	if n := sameCommitted(t, st, committed, 0); n != 2000 {
 		t.Errorf("%d committed records expected by the spec, want 2000", n)
 	}
 }
@@ -220,7 +206,18 @@ func TestProduceTransactionalCommitLost(t *testing.T) {
 	}
 	consume(t, opts, map[int32]int{0: 1500, 1: 1500}, kgo.ReadUncommitted())
 	committed := consume(t, opts, map[int32]int{0: 750, 1: 750}, kgo.ReadCommitted())
-	for i := 500; i < spec.Records; i++ {
+	if n := sameCommitted(t, st, committed, 500); n != 1500 {
+		t.Errorf("%d committed records from record 500 on expected by the spec, want 1500", n)
+	}
+}
+
+// sameCommitted checks that committed holds, per partition and in order,
+// the records of st's spec from record from on that the spec does not
+// abort, and returns how many that is.
+func sameCommitted(t *testing.T, st Stats, committed map[int32][]*kgo.Record, from int) int {
+	t.Helper()
+	n := 0
+	for i := from; i < st.Spec.Records; i++ {
 		if st.Spec.Aborted(i) {
 			continue
 		}
@@ -231,7 +228,9 @@ func TestProduceTransactionalCommitLost(t *testing.T) {
 		}
 		sameRecord(t, i, got[0], want)
 		committed[want.Partition] = got[1:]
+		n++
 	}
+	return n
 }
 
 // TestProducer runs a paced producer, acts once enough records are
