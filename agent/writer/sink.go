@@ -481,14 +481,14 @@ func markersRequest(items []*pending) *kmsg.WriteTxnMarkersRequest {
 				// would need entries of their own; the mirror uses one.
 				m.ProducerID, m.ProducerEpoch = p.producer.ID, p.producer.Epoch
 			}
-			i := len(m.Topics) - 1
-			if i < 0 || m.Topics[i].Topic != p.tp.topic {
+			t := len(m.Topics) - 1
+			if t < 0 || m.Topics[t].Topic != p.tp.topic {
 				mt := kmsg.NewWriteTxnMarkersRequestMarkerTopic()
 				mt.Topic = p.tp.topic
 				m.Topics = append(m.Topics, mt)
-				i++
+				t++
 			}
-			m.Topics[i].Partitions = append(m.Topics[i].Partitions, p.tp.partition)
+			m.Topics[t].Partitions = append(m.Topics[t].Partitions, p.tp.partition)
 		}
 		if len(m.Topics) == 0 {
 			return req
