@@ -330,8 +330,9 @@ func (s *sink) takeLocked() *request {
 		r     *request
 		bytes int
 		kept  = s.queue[:0]
-		held  = map[topicPart]bool{} // partitions with an item kept queued
-		in    = map[topicPart]bool{} // partitions in r
+		// parts: true for a partition in r, false once an item of it is
+		// kept queued (what follows it stays too).
+		parts = map[topicPart]bool{}
 	)
 	for _, p := range s.queue {
 		if s.failed[p.tp] {
@@ -342,8 +343,9 @@ func (s *sink) takeLocked() *request {
 		}
 		marker := p.markers > 0
 		ready := s.busy[p.tp] < s.w.maxPerPartition
+		inR, seen := parts[p.tp]
 		switch {
-		case in[p.tp]:
+		case inR:
 			// Markers right behind the partition's markers in r go with
 			// them, in the request's next entries (markersRequest): a
 			// source's commit markers in a row cost one round, not one
@@ -352,15 +354,15 @@ func (s *sink) takeLocked() *request {
 		case marker:
 			ready = s.busy[p.tp] == 0 && s.inflight == 0
 		}
-		if held[p.tp] || !ready || (r != nil && (r.markers != marker || bytes+len(p.batch) > maxRequestBytes)) {
-			held[p.tp] = true
+		if (seen && !inR) || !ready || (r != nil && (r.markers != marker || bytes+len(p.batch) > maxRequestBytes)) {
+			parts[p.tp] = false
 			kept = append(kept, p)
 			continue
 		}
 		if r == nil {
 			r = &request{markers: marker}
 		}
-		in[p.tp] = true
+		parts[p.tp] = true
 		s.busy[p.tp]++
 		s.unqueueLocked(p)
 		bytes += len(p.batch)
