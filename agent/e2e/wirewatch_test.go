@@ -44,6 +44,11 @@ type wireWatch struct {
 	names map[string]string
 	// errs are what the proxies' goroutines could not do, for check.
 	errs []string
+	// hold keeps each produce answer this long before the agent gets it
+	// (and the watch notes it answered): a test that wants two agents'
+	// writes in flight at once sets it, so that neither agent's writes
+	// fit between the other's.
+	hold time.Duration
 }
 
 // fail notes what a proxy goroutine could not do (a goroutine may not fail
@@ -176,12 +181,18 @@ func (w *wireWatch) serve(agent, addr string, client net.Conn) {
 		if err != nil {
 			return
 		}
+		got := time.Now()
 		if len(frame) >= 8 {
 			corr := int32(binary.BigEndian.Uint32(frame[4:]))
 			mu.Lock()
 			req := pending[corr]
 			delete(pending, corr)
 			mu.Unlock()
+			if req != nil && req.key == int16(kmsg.Produce) && w.hold > 0 {
+				// Until the frame came plus hold: answers of requests
+				// in flight together are held together, not in turn.
+				time.Sleep(time.Until(got.Add(w.hold)))
+			}
 			if req != nil {
 				frame = w.answer(agent, req, frame)
 			}
@@ -417,6 +428,11 @@ func (w *wireWatch) check(t testing.TB) {
 // What else happens varies (the broker may drop one's batches as
 // duplicates of the other's, or take them as foreign writes, which fail
 // the partition): the test logs it, and asserts only that the watch saw it.
+// The watch holds produce answers 200 ms: on loopback the first
+// foreign-write answer can fail both agents' partitions before any of their
+// writes were in flight at once (seen in CI: 22 batches, none at once),
+// and such a quick succession of two writers with their own producer ids
+// looks, on the wire, like handoffs.
 func TestWireWatchSeesTwoWriters(t *testing.T) {
 	forEngines(t, testWireWatchSeesTwoWriters)
 }
@@ -431,6 +447,7 @@ func testWireWatchSeesTwoWriters(t *testing.T, e engine) {
 	stopProducing := runProducers(ctx, t, p.src, []workload.Spec{spec}, 500, 50)
 	defer stopProducing()
 	w := newWireWatch(t)
+	w.hold = 200 * time.Millisecond
 	ms := []agentMirror{{Name: "twice", Source: p.src, Topics: []string{topic}}}
 	var agents []*agentProcess
 	for _, id := range []string{"s0", "s1"} {
