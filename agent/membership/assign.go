@@ -83,6 +83,10 @@ type assignment struct {
 	// member rejoins once it has stopped what it lost, and the next round
 	// hands them on.
 	Rejoin bool `json:"rejoin,omitempty"`
+	// Again, for the leader that made it: nothing moves this round, but
+	// the next would move an item for balance; the leader rejoins at once
+	// (a leader's rejoin rebalances the group).
+	Again bool `json:"-"`
 	// Members are the agents of the generation and how many items each
 	// has, for status.
 	Members []MemberLoad `json:"members,omitempty"`
@@ -357,6 +361,24 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 			orphans[i] = append(orphans[i], k)
 		}
 	}
+	// New items placed with their homes' owners can leave the group out
+	// of balance (an agent alone created mirrors, and others joined as
+	// their partitions became items): the balancing above counted them
+	// with the least loaded member. Nothing else would ask for the
+	// rebalance that moves them (a member asks only when its measurements
+	// differ from the generation's, and the members rejoin for Rejoin
+	// once those that lost items released them, here none), so the
+	// leader asks: next round they are owned, and balancing moves them.
+	again := false
+	if !moving {
+		final := make([][]weighed, len(members))
+		for i := range mine {
+			for _, k := range mine[i] {
+				final[i] = append(final[i], weighed{weights[k], fixed[k]})
+			}
+		}
+		again = wouldMove(final)
+	}
 	loads := make([]MemberLoad, len(members))
 	for i, m := range members {
 		loads[i] = MemberLoad{Agent: m.meta.Agent, Process: m.meta.Process, API: m.meta.API, Items: len(mine[i]), Weight: load[i]}
@@ -403,7 +425,7 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 	for i, m := range members {
 		slices.Sort(mine[i])
 		slices.Sort(orphans[i])
-		out[m.id] = assignment{Version: 1, Items: mine[i], Orphans: orphans[i], Rejoin: moving, Members: loads, Owners: owners, Weights: told, History: next, Complete: complete}
+		out[m.id] = assignment{Version: 1, Items: mine[i], Orphans: orphans[i], Rejoin: moving, Again: again, Members: loads, Owners: owners, Weights: told, History: next, Complete: complete}
 	}
 	return out
 }

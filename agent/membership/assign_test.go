@@ -73,6 +73,7 @@ func TestAssign(t *testing.T) {
 		want    map[string][]string
 		orphans map[string][]string
 		rejoin  bool
+		again   bool  // Again: nothing moves, but the next round would move an item
 		gen     int32 // the generation assigned
 	}{{
 		name:  "first round: nobody owns anything, all orphans, balanced",
@@ -258,14 +259,38 @@ func TestAssign(t *testing.T) {
 		},
 		want: map[string][]string{"m-a": {"t/00", "t/01"}},
 	}, {
-		name:  "a new item goes to its home's owner, not to the least loaded member",
+		// The member alone created the mirror and runs its partitions as
+		// part of it when the other joins.
+		name:  "a new item goes to its home's owner, not to the least loaded member; out of balance, the leader asks for another round",
 		items: homed(false, 2),
 		gen:   5,
 		members: []joined{
 			{id: "m-a", meta: memberMeta{Agent: "a", Process: "pa", Previous: []MemberLoad{{Agent: "a", Process: "pa"}}, PreviousGen: 4, PreviousHistory: map[string]Process{"mirror/a": {"a", "pa"}}, PreviousComplete: true, Owned: owned("mirror/a")}},
 			{id: "m-b", meta: memberMeta{Agent: "b", Process: "pb"}},
 		},
-		want: map[string][]string{"m-a": {"mirror/a", "p/a/0", "p/a/1"}, "m-b": nil},
+		want:  map[string][]string{"m-a": {"mirror/a", "p/a/0", "p/a/1"}, "m-b": nil},
+		again: true,
+	}, {
+		name:  "the next round: the new items, owned now, move for balance",
+		items: homed(false, 2),
+		gen:   6,
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Process: "pa", Previous: []MemberLoad{{Agent: "a", Process: "pa"}, {Agent: "b", Process: "pb"}}, PreviousGen: 5,
+				PreviousHistory: map[string]Process{"mirror/a": {"a", "pa"}, "p/a/0": {"a", "pa"}, "p/a/1": {"a", "pa"}}, PreviousComplete: true, Owned: owned("mirror/a", "p/a/0", "p/a/1")}},
+			{id: "m-b", meta: memberMeta{Agent: "b", Process: "pb"}},
+		},
+		want:   map[string][]string{"m-a": {"mirror/a", "p/a/0"}, "m-b": nil},
+		rejoin: true,
+	}, {
+		name:  "and the round after: the released item goes to the other member, and the group is settled",
+		items: homed(false, 2),
+		gen:   7,
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Process: "pa", Previous: []MemberLoad{{Agent: "a", Process: "pa"}, {Agent: "b", Process: "pb"}}, PreviousGen: 6,
+				PreviousHistory: map[string]Process{"mirror/a": {"a", "pa"}, "p/a/0": {"a", "pa"}, "p/a/1": {"a", "pa"}}, PreviousComplete: true, Owned: owned("mirror/a", "p/a/0"), Released: []string{"p/a/1"}}},
+			{id: "m-b", meta: memberMeta{Agent: "b", Process: "pb"}},
+		},
+		want: map[string][]string{"m-a": {"mirror/a", "p/a/0"}, "m-b": {"p/a/1"}},
 	}, {
 		name:  "balancing moves the items, never a home that has items",
 		items: homed(false, 2),
@@ -332,7 +357,8 @@ func TestAssign(t *testing.T) {
 			{id: "m-a", meta: memberMeta{Version: 2, Agent: "a", Process: "pa", Previous: []MemberLoad{{Agent: "a", Process: "pa"}}, PreviousGen: 4, PreviousHistory: map[string]Process{"mirror/a": {"a", "pa"}}, PreviousComplete: true, Owned: owned("mirror/a")}},
 			{id: "m-b", meta: memberMeta{Version: 1, Agent: "b", Process: "pb"}},
 		},
-		want: map[string][]string{"m-a": {"mirror/a", "p/a/0", "p/a/1"}, "m-b": nil},
+		want:  map[string][]string{"m-a": {"mirror/a", "p/a/0", "p/a/1"}, "m-b": nil},
+		again: true, // out of balance: next round moves one
 	}, {
 		name:  "unplaced items of a pinned home: to the home's owner",
 		items: unplaced(homed(true, 2)),
@@ -405,6 +431,9 @@ func TestAssign(t *testing.T) {
 				}
 				if a.Rejoin != tc.rejoin {
 					t.Errorf("member %s: rejoin %v, want %v", m.id, a.Rejoin, tc.rejoin)
+				}
+				if a.Again != tc.again {
+					t.Errorf("member %s: again %v, want %v", m.id, a.Again, tc.again)
 				}
 				if len(a.Members) != len(tc.members) {
 					t.Errorf("member %s: %d member loads, want %d", m.id, len(a.Members), len(tc.members))

@@ -203,6 +203,9 @@ type Member struct {
 	// moving: generation membersGen moves items (assignment.Rejoin), so
 	// another rebalance follows anyway.
 	moving bool
+	// againAsked: this member, leader, rejoined at once for its last
+	// assignment's Again (read and set by run's goroutine only).
+	againAsked bool
 	// unbalancedSince is when the loads this member measures last began
 	// to call for a rebalance (balance.go); zero while they do not.
 	unbalancedSince time.Time
@@ -550,6 +553,7 @@ func (m *Member) joinAndSync(ctx context.Context) error {
 		sync := kmsg.NewPtrSyncGroupRequest()
 		sync.Group, sync.Generation, sync.MemberID, sync.InstanceID = m.cfg.Group, resp.Generation, resp.MemberID, &m.cfg.AgentID
 		sync.ProtocolType, sync.Protocol = kmsg.StringPtr(ProtocolType), kmsg.StringPtr(protocolName)
+		again := false // the leader's assignment asks for another round
 		if resp.LeaderID == resp.MemberID {
 			var members []joined
 			for _, jm := range resp.Members {
@@ -564,6 +568,7 @@ func (m *Member) joinAndSync(ctx context.Context) error {
 			m.assigned = itemKeys(work)
 			m.mu.Unlock()
 			for id, a := range assign(work, members, resp.Generation) {
+				again = again || a.Again
 				ab, err := json.Marshal(a)
 				if err != nil {
 					return err
@@ -597,6 +602,13 @@ func (m *Member) joinAndSync(ctx context.Context) error {
 			}
 		}
 		m.apply(a, sent, resp.Generation)
+		// Once: if the round it asks for is out of balance again, the
+		// next change of the work or of the members (or a member's
+		// measurements) rebalances, not a loop of rounds.
+		if again && !m.againAsked {
+			m.askRejoin()
+		}
+		m.againAsked = again
 		return nil
 	}
 }

@@ -453,6 +453,39 @@ func testGroup(t *testing.T, engine devcluster.EngineKind) {
 		}
 	}
 	t.Logf("weighed %s at 1000: balanced %v later, held by %s, %v", heavy, time.Since(measured).Round(time.Millisecond), holder, n)
+
+	t.Run("new items of a home spread", func(t *testing.T) { testHomeItemsSpread(t, boot, group+"-homes") })
+}
+
+// testHomeItemsSpread: a mirror created while its agent was alone has its
+// partitions run with it (not Unplaced); when they become items after a
+// second agent joined, they go to the home's owner, and then spread. They
+// stayed with it (TestAgentGroup on Kafka 4.4.0, CI): the round that placed
+// them counted them with the least loaded member, and nothing asked again.
+func testHomeItemsSpread(t *testing.T, boot []string, group string) {
+	work := &workList{}
+	work.add(Item{Key: "mirror/m"})
+	a := startAgent(t, boot, group, "a", work)
+	waitSettled(t, []*agentUnderTest{a}, work)
+	agents := []*agentUnderTest{a, startAgent(t, boot, group, "b", work)}
+	waitSettled(t, agents, work)
+	for i := range 4 {
+		work.add(Item{Key: fmt.Sprintf("p/m/%d", i), Home: "mirror/m"})
+	}
+	for _, x := range agents {
+		x.m.Refresh()
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		owner := waitSettled(t, agents, work)
+		n := countBy(owner)
+		if n["a"] == 3 && n["b"] == 2 && owner["mirror/m"] == "a" {
+			t.Logf("spread: %v", owner)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after the home's items came: %v (%v), want the home and two of them with a, two with b", owner, n)
+		}
+	}
 }
 
 func itemsOf(owner map[string]string, agent string) []string {
