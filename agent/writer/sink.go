@@ -51,6 +51,13 @@ import (
 //     almost no cost per request, the idle connection costs more than the
 //     requests saved: 84 MB/s against 115.) The batches after a marker follow it at once (a late batch is
 //     deduplicated or refused by its sequence).
+//   - On the idle connection, the markers go first when every queued
+//     marker may leave, the batches right behind them; else the kind more
+//     partitions may send next (markersFirstLocked). Taking the kind of
+//     the first queued item instead (Kafka 4.4.0, the same source, two
+//     runs each way alternated): 45.3 and 45.8 requests per MB against
+//     42.7 and 42.9, 4.6 batches per produce request against 5.1, 18.5
+//     and 19.2 MB/s against 20.5 and 20.1.
 //   - Once an item of a partition fails, the partition's items still queued
 //     are answered with ErrNotSent, unsent, until it has nothing queued or
 //     in flight: its caller goes back to the destination end.
@@ -317,17 +324,20 @@ func (s *sink) maybeSendLocked() {
 
 // takeLocked moves queued items into a new request: in arrival order, one
 // per partition (or a partition's marker items in a row), all batches or
-// all markers (the kind of the first item that may go), none of a
-// partition whose window is full, whose marker waits for earlier answers
-// or for the connection, or which has an earlier item left queued, up to
-// maxRequestBytes. Nothing goes while a request is in flight and a marker
-// is queued. Items of a partition that failed are answered ErrNotSent.
+// all markers (see markersFirstLocked), none of a partition whose window is
+// full, whose marker waits for earlier answers or for the connection, or
+// which has an earlier item left queued, up to maxRequestBytes. Nothing
+// goes while a request is in flight and a marker is queued. Items of a
+// partition that failed are answered ErrNotSent.
 func (s *sink) takeLocked() *request {
 	if s.inflight > 0 && s.markers > 0 {
 		return nil // the connection drains for the markers
 	}
+	var r *request
+	if s.markers > 0 {
+		r = &request{markers: s.markersFirstLocked()}
+	}
 	var (
-		r     *request
 		bytes int
 		kept  = s.queue[:0]
 		// parts: true for a partition in r, false once an item of it is
@@ -371,7 +381,48 @@ func (s *sink) takeLocked() *request {
 	}
 	clear(s.queue[len(kept):])
 	s.queue = kept
+	if r != nil && len(r.items) == 0 {
+		return nil
+	}
 	return r
+}
+
+// markersFirstLocked says which kind of item the request made on an idle
+// connection with markers queued takes. Markers, when every queued marker
+// item may leave now: the batches then follow in a second request at once,
+// so both kinds leave this round. Otherwise the kind more partitions may
+// send next (markers on a tie), as the partitions left at the other kind
+// wait a round: taking the kind of the first item in arrival order instead
+// left partitions out of step, a request for each kind every round.
+func (s *sink) markersFirstLocked() bool {
+	var markers, batches, stuck int
+	head := map[topicPart]bool{} // partition → its head run is markers
+	for _, p := range s.queue {
+		marker := p.markers > 0
+		inRun, seen := head[p.tp]
+		switch {
+		case s.failed[p.tp]:
+		case !seen:
+			head[p.tp] = marker
+			switch {
+			case marker && s.busy[p.tp] == 0:
+				markers++
+			case marker:
+				stuck++
+				head[p.tp] = false
+			case s.busy[p.tp] < s.w.maxPerPartition:
+				batches++
+			}
+		case marker && inRun:
+			// Markers in a row behind the head's leave with it.
+		case marker:
+			stuck++
+			head[p.tp] = false
+		default:
+			head[p.tp] = false
+		}
+	}
+	return markers > 0 && (stuck == 0 || markers >= batches)
 }
 
 // issueLoop issues the outbox's requests one after another.

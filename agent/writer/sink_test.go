@@ -1136,3 +1136,68 @@ func TestStats(t *testing.T) {
 		t.Errorf("counted %+v, want %+v", got, want)
 	}
 }
+
+// TestMarkersOrBatchesFirst: what an idle connection with markers queued
+// sends first. Markers when every queued marker may leave now (the batches
+// follow them in the same round); else the kind more partitions may send
+// next, as the others wait a round. The kind of the first queued item, the
+// earlier rule, gives the other order in both cases.
+func TestMarkersOrBatchesFirst(t *testing.T) {
+	type item struct {
+		part   int32
+		marker bool
+	}
+	for _, tc := range []struct {
+		name  string
+		queue []item
+		want  []string // the requests after the held one, in order
+	}{
+		{"every marker may leave: markers, then the batch behind them",
+			[]item{{1, false}, {2, true}}, []string{"markers", "produce"}},
+		{"a marker behind its partition's batch: the two batches, then the markers",
+			[]item{{2, true}, {0, false}, {0, true}, {1, false}}, []string{"produce", "markers"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := start(t)
+			f.w.maxInflight = 1
+			o := observe(t, f.c, 1)
+			var mu sync.Mutex
+			var sent []string
+			kc := f.c.Kfake()
+			for key, kind := range map[int16]string{int16(kmsg.Produce): "produce", int16(kmsg.WriteTxnMarkers): "markers"} {
+				kc.ControlKey(key, func(kmsg.Request) (kmsg.Response, error, bool) {
+					kc.KeepControl()
+					mu.Lock()
+					sent = append(sent, kind)
+					mu.Unlock()
+					return nil, nil, false
+				})
+			}
+			f.topic(t, "k", 4)
+			ctx := context.Background()
+			held := f.async(ctx, "k", 3, plain(t, 1))
+			<-o.held
+			pid := Producer{ID: 1 << 62}
+			var answers []<-chan result
+			for _, it := range tc.queue {
+				if it.marker {
+					answers = append(answers, waitAsync(f.w.MarkersAsync(ctx, pid, "k", it.part, 1)))
+				} else {
+					answers = append(answers, waitAsync(f.w.ProduceAsync(ctx, "k", it.part, plain(t, 1))))
+				}
+			}
+			f.queued(t, "k", len(tc.queue))
+			o.releaseReq(0)
+			for i, ch := range append(answers, held) {
+				if r := wait(t, ch); r.err != nil {
+					t.Errorf("item %d: %v", i, r.err)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(sent) == 0 || !slices.Equal(sent[1:], tc.want) {
+				t.Errorf("requests %v, want the held produce, then %v", sent, tc.want)
+			}
+		})
+	}
+}
