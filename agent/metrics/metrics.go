@@ -25,6 +25,8 @@
 //	                            agent; kmirror_write_request_items_total over it is
 //	                            batches or markers per request
 //	(coordinator transactions)  rate(kmirror_destination_transactions_total[…]) whole agent
+//	(how far the destination)   kmirror_destination_round_trip_seconds{broker} and
+//	                            kmirror_destination_connections{broker}, by address
 //	DeadThreadCount             kmirror_mirror_dead_fetchers{mirror}: source broker fetch
 //	                            loops whose last fetch failed (they retry with backoff
 //	                            rather than die)
@@ -142,6 +144,10 @@ var (
 		"Requests the agent sent to destination brokers to write, all mirrors, by kind: produce (plain batches of many partitions), markers (WriteTxnMarkers: filler markers), produce_txn (a batch of aborted source records, alone).", []string{"kind"}, nil)
 	descTransactions = prometheus.NewDesc("kmirror_destination_transactions_total",
 		"Transactions the agent ended through the destination's transaction coordinator, all mirrors: one per group of aborted source records (the aborted transactions of a fetch, with markers fillers), and one per coordinator filler. Each costs the coordinator two log appends and a marker per partition.", nil, nil)
+	descRoundTrip = prometheus.NewDesc("kmirror_destination_round_trip_seconds",
+		"Round trip to each destination broker the agent writes to, by address: the shortest of three ApiVersions requests on the first connection to it. From 10 ms the broker is far, and the agent writes to it over two connections with 32 batches of a partition in flight instead of one with 16.", []string{"broker"}, nil)
+	descConnections = prometheus.NewDesc("kmirror_destination_connections",
+		"Connections the agent writes to each destination broker over at most, by address: 1, or 2 to a far one (see kmirror_destination_round_trip_seconds).", []string{"broker"}, nil)
 	descWriteItems = prometheus.NewDesc("kmirror_write_request_items_total",
 		"What those requests carried, by kind: batches (produce) or markers (markers); divided by kmirror_write_requests_total, how well writes coalesce (produce_txn requests carry one batch each).", []string{"kind"}, nil)
 )
@@ -164,7 +170,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		descLag, descLagSeconds, descSourceAge, descBytes, descRecords, descLost, descRetries, descReason,
 		descMaxLag, descFailed, descStates, descBuffered, descMirrorError, descTopicError,
 		descSyncErrors, descSyncSuccess, descSyncItems,
-		descFetchRequests, descFetchErrors, descFetchThrottle, descWriteRequests, descWriteItems, descTransactions,
+		descFetchRequests, descFetchErrors, descFetchThrottle, descWriteRequests, descWriteItems, descTransactions, descRoundTrip, descConnections,
 		descMirrorFetchRequests, descMirrorFetchErrors, descMirrorFetchedBytes, descDeadFetchers, descThrottleRate, descThrottled,
 	} {
 		ch <- d
@@ -188,6 +194,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	// One batch each: no items series, which would repeat the requests.
 	ch <- prometheus.MustNewConstMetric(descWriteRequests, prometheus.CounterValue, float64(ws.ProduceTxn), "produce_txn")
 	ch <- prometheus.MustNewConstMetric(descTransactions, prometheus.CounterValue, float64(ws.Transactions))
+	for _, r := range writer.ReadReaches() {
+		ch <- prometheus.MustNewConstMetric(descRoundTrip, prometheus.GaugeValue, r.RTT.Seconds(), r.Addr)
+		ch <- prometheus.MustNewConstMetric(descConnections, prometheus.GaugeValue, float64(r.Lanes), r.Addr)
+	}
 
 	src := c.src.Load()
 	if src == nil {

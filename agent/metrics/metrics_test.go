@@ -205,6 +205,23 @@ func TestScrapeCoordinator(t *testing.T) {
 	} else if b, _ := s.value("kmirror_write_request_items_total", produce); b < n {
 		t.Errorf("kmirror_write_request_items_total{kind=produce} = %v, below the %v requests", b, n)
 	}
+	// The destination brokers the agent wrote to, measured near (loopback):
+	// one connection each.
+	measured := 0
+	for _, addr := range dst.Bootstrap() {
+		broker := map[string]string{"broker": addr}
+		rtt, ok := s.value("kmirror_destination_round_trip_seconds", broker)
+		if !ok {
+			continue
+		}
+		measured++
+		if conns, _ := s.value("kmirror_destination_connections", broker); rtt <= 0 || conns != 1 {
+			t.Errorf("destination broker %s: round trip %v s, %v connections; want a measured one and 1", addr, rtt, conns)
+		}
+	}
+	if measured == 0 {
+		t.Errorf("kmirror_destination_round_trip_seconds: no series for the destination's brokers %v", dst.Bootstrap())
+	}
 	if n, _ := s.value("kmirror_mirror_fetch_requests_total", mirror); n < 1 || float64(m.Fetch.Requests) < n {
 		t.Errorf("kmirror_mirror_fetch_requests_total = %v after mirroring; describe says %d later", n, m.Fetch.Requests)
 	}

@@ -13,9 +13,11 @@ import (
 	"github.com/kmirror/kmirror/internal/reason"
 )
 
-// The plain writer's batches are pipelined: up to maxPipelined of them are
-// in flight at once (the writer sends them in order), so that a partition writes more than one source batch per round
-// trip to the destination. Each keeps its deterministic sequence and the
+// The plain writer's batches are pipelined: as many of them are in flight
+// at once as the writer's window for the partition's broker
+// (writer.Pending.Window: more to a far broker), sent in order, so that a
+// partition writes more than one source batch per round trip to the
+// destination. Each keeps its deterministic sequence and the
 // destination offset it must land at, and every answer is checked, in
 // order, against that offset (landed): no shift can pass.
 //
@@ -28,11 +30,6 @@ import (
 // from the destination end and the fetch starts again there, so what
 // followed the failed batch is sent again, in order, with the sequences
 // the log dictates.
-
-// maxPipelined is how many plain batches of one partition may be in
-// flight: the writer's window (see writer.defaultMaxPerPartition for why it
-// may exceed the 5 batches a broker recognizes when resent).
-const maxPipelined = 16
 
 // flight is a plain batch, or filler markers (FillMarkers), on its way.
 type flight struct {
@@ -94,10 +91,15 @@ func (m *Mirror) sendMarkers(ctx context.Context, n int32) error {
 	return nil
 }
 
-// room waits for the oldest answer when the window is full.
+// room waits for the oldest answers while the window is full: the window
+// of the last item sent (writer.Pending.Window; see writer.reach for why it
+// may exceed the 5 batches a broker recognizes when resent). A leader
+// nearer than the last shrinks it.
 func (m *Mirror) room(ctx context.Context) error {
-	if len(m.flights) >= maxPipelined {
-		return m.reap(ctx)
+	for n := len(m.flights); n > 0 && n >= m.flights[n-1].x.Window(); n = len(m.flights) {
+		if err := m.reap(ctx); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -118,15 +118,16 @@ func TestPipelineResendsAfterFailedBatch(t *testing.T) {
 	}
 }
 
-// TestPipelineWindow: a plain partition keeps maxPipelined batches in
-// flight, through the writer's windows too: with the destination holding
+// TestPipelineWindow: a plain partition keeps the writer's window of
+// batches in flight (writer.NearWindow on loopback), through the writer's
+// sink too: with the destination holding
 // the first produce request, exactly that many are written before it is
 // answered, one batch each, and none more.
 func TestPipelineWindow(t *testing.T) {
 	src := startSource(t)
 	dst := devclustertest.Start(t)
 	b := newLog(t, 0, 0)
-	const batches = 2 * maxPipelined
+	const batches = 2 * writer.NearWindow
 	for range batches {
 		b.plain(prodP, rb.CodecNone, 3)
 	}
@@ -145,7 +146,7 @@ func TestPipelineWindow(t *testing.T) {
 		kc.SleepControl(func() {
 			// Every batch the window allows is written by now;
 			// give one beyond it the time to show.
-			for deadline := time.Now().Add(10 * time.Second); writes.n.Load() < maxPipelined && time.Now().Before(deadline); {
+			for deadline := time.Now().Add(10 * time.Second); writes.n.Load() < writer.NearWindow && time.Now().Before(deadline); {
 				time.Sleep(time.Millisecond)
 			}
 			time.Sleep(200 * time.Millisecond)
@@ -157,8 +158,8 @@ func TestPipelineWindow(t *testing.T) {
 	r.waitMirrored(p, l.end)
 	p.kill()
 	r.checkIdentical()
-	if n := held.Load(); n != maxPipelined {
-		t.Errorf("%d produce requests written while the first was held, want the window, %d", n, maxPipelined)
+	if n := held.Load(); n != writer.NearWindow {
+		t.Errorf("%d produce requests written while the first was held, want the window, %d", n, writer.NearWindow)
 	}
 }
 

@@ -43,29 +43,126 @@ type lane struct {
 	n    int
 }
 
-// defaultLanes is the number of ordered connections the writer opens to one
-// broker at most: one, as Kafka's own producer keeps. Fewer lanes coalesce
-// more partitions into each request, which a destination broker pays for
-// per request and per append; more lanes keep one slow partition's acks=all
-// wait (its request holds the connection) from holding up the others. A
-// partition's filler markers wait for their lane to be idle
-// (sink.takeLocked), so the partitions of a lane that write markers go in
-// step: one produce request, then one WriteTxnMarkers request, for all of
-// them. On Kafka 4.4.0 (BenchmarkMirrorMaker, compacted source with 50%
-// holes), one lane mirrored 18.0, 15.7 and 16.1 MB/s with the destination
-// broker busy 1.30–1.36 cores; two lanes 16.3, 12.3 and 15.3 MB/s at
-// 1.39–1.43 cores; four 13.0 and sixteen 11.4. A transactional source
-// and plain ones did not tell them apart, nor did a destination that takes
-// 5 ms per produce (BenchmarkSlowDestination: 83.3 MB/s with one lane,
-// 88.8 with two, 88.0 with four). One lane bounds a destination far away:
-// BenchmarkMirrorMaker with the agent 50 ms from a Kafka 4.4.0
-// destination, where its test link carries one connection at 168 MB/s at
-// most, made 133–146 MB/s with one lane (windows of 16 or 32), 196 and 190
-// with two lanes and windows of 32; but two lanes everywhere halved the
-// batches per request and cost the destination brokers 20–29% more CPU per
-// GB on transactional, compacted and plain sources. A second lane only to
-// a far broker is the open way.
-const defaultLanes = 1
+// reach is how the writer writes to one broker: over how many ordered
+// connections (lanes), with how many produce requests in flight on each,
+// and how many batches of one partition in requests not yet answered (its
+// window). A broker is near or far by the round trip measured on the first
+// connection to it (measure); the two cost differently:
+//
+// Fewer lanes coalesce more partitions into each request, which a
+// destination broker pays for per request and per append; more lanes keep
+// one slow partition's acks=all wait (its request holds the connection)
+// from holding up the others. A partition's filler markers wait for their
+// lane to be idle (sink.takeLocked), so the partitions of a lane that write
+// markers go in step: one produce request, then one WriteTxnMarkers
+// request, for all of them. On Kafka 4.4.0 (BenchmarkMirrorMaker, compacted
+// source with 50% holes), one lane mirrored 18.0, 15.7 and 16.1 MB/s with
+// the destination broker busy 1.30–1.36 cores; two lanes 16.3, 12.3 and
+// 15.3 MB/s at 1.39–1.43 cores; four 13.0 and sixteen 11.4. Two lanes with
+// windows of 32 everywhere halved the batches per request and cost the
+// destination brokers 20–29% more CPU per GB on transactional, compacted
+// and plain sources. So a near broker gets one lane, as Kafka's own
+// producer keeps.
+//
+// Requests in flight hide the network round trip, not the broker's
+// acks=all wait: Kafka reads the next request of a connection only once it
+// answered the last. The window is what a wide-area link needs. Kafka
+// keeps the metadata of a producer's last 5 batches per partition to
+// recognize a resent one, which is why a producer that retries keeps 5 in
+// flight; the mirror never resends a batch on its own: after an error it
+// reads the destination end and writes from there, and a batch the broker
+// no longer recognizes is refused out of sequence, never appended twice
+// (only the next sequence is appended, and it is the same batch at the
+// same offset). Near, 16: on a slower machine, where 16 gave 141.6–148.4
+// MB/s on loopback and across 50 ms, 64 dropped loopback to 99.6–104.3
+// (smaller requests: the destination brokers spent 9.8–10.0 CPU-s per GB
+// against 7.2).
+//
+// Far, with the agent 50 ms from a Kafka 4.4.0 destination whose test link
+// carries one connection at 168 MB/s at most (netshape.Window), both bind
+// in turn: one lane made 133–146 MB/s (windows of 16: 16 batches of 91 KB
+// per 55 ms round trip, 159 MB/s over 6 partitions; or 32), two lanes and
+// windows of 32 190–196. A real link's TCP window bounds one connection
+// the same way.
+type reach struct {
+	lanes    int // ordered connections
+	inflight int // produce requests in flight per lane
+	window   int // batches of one partition in requests not yet answered
+}
+
+var (
+	nearReach = reach{lanes: 1, inflight: 16, window: NearWindow}
+	farReach  = reach{lanes: 2, inflight: 32, window: FarWindow}
+)
+
+// NearWindow and FarWindow are how many batches of one partition the writer
+// keeps in requests not yet answered, to a near and to a far broker
+// (Pending.Window).
+const (
+	NearWindow = 16
+	FarWindow  = 32
+)
+
+// farRTT is the round trip from which a broker is far: above a region's
+// (a millisecond or two between zones), below a wide-area link's (30–100
+// ms).
+const farRTT = 10 * time.Millisecond
+
+// farLocked says whether node was measured far; w.mu held.
+func (w *Writer) farLocked(node int32) bool {
+	rtt, ok := w.rtts[node]
+	return ok && rtt >= w.farRTT
+}
+
+// reachLocked is how the writer writes to node; w.mu held.
+func (w *Writer) reachLocked(node int32) reach {
+	if w.farLocked(node) {
+		return w.far
+	}
+	return w.near
+}
+
+// measure learns how far node is, once, before a partition of it takes a
+// lane: the round trip of the handshake of its first ordered connection
+// (dialOrdered). A caller whose ctx ends first, or whose connection fails
+// to open, goes on unmeasured: its partition takes a near broker's lane,
+// keeps it if the broker turns out far (laneOfLocked), and a later call
+// measures. A broker found far makes its sinks far.
+func (w *Writer) measure(ctx context.Context, node int32) {
+	w.mu.Lock()
+	_, known := w.rtts[node]
+	w.mu.Unlock()
+	if known {
+		return
+	}
+	opened := make(chan *orderedConn, 1)
+	go func() {
+		c, _ := w.ordered(lane{node, 0})
+		opened <- c
+	}()
+	var c *orderedConn
+	select {
+	case c = <-opened:
+	case <-ctx.Done():
+	}
+	if c == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, known := w.rtts[node]; known {
+		return
+	}
+	w.rtts[node] = c.rtt
+	reaches.Store(c.addr, Reach{Addr: c.addr, RTT: c.rtt, Lanes: w.reachLocked(node).lanes})
+	if w.farLocked(node) {
+		for l, s := range w.sinks {
+			if l.node == node {
+				s.far.Store(true)
+			}
+		}
+	}
+}
 
 // laneAt is the lane a partition was given on its leader.
 type laneAt struct {
@@ -74,20 +171,20 @@ type laneAt struct {
 }
 
 // laneOf is the lane of a partition led by node: the one it was given
-// while node has led it, else the least used lane of node. Lanes open
-// lazily, so a broker leading k partitions gets min(k, lanes) connections.
-func (w *Writer) laneOf(node int32, topic string, partition int32) lane {
+// while node has led it, else the least used lane of node, once node is
+// measured (measure). Lanes open lazily, so a broker leading k partitions
+// gets min(k, lanes) connections.
+func (w *Writer) laneOf(ctx context.Context, node int32, topic string, partition int32) lane {
+	w.measure(ctx, node)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.laneOfLocked(node, topicPart{topic, partition})
 }
 
-// laneOfLocked is laneOf with w.mu held. With one lane per broker (the
-// default) it is the broker's, and nothing is kept per partition.
+// laneOfLocked is laneOf with w.mu held. Every partition's lane is kept,
+// with one lane per broker too: one that took a lane before its broker was
+// found far keeps it, as its writes in flight must stay in order.
 func (w *Writer) laneOfLocked(node int32, tp topicPart) lane {
-	if w.lanes == 1 {
-		return lane{node, 0}
-	}
 	if at, ok := w.laneOfTP[tp]; ok {
 		if at.node == node {
 			return lane(at)
@@ -95,7 +192,7 @@ func (w *Writer) laneOfLocked(node int32, tp topicPart) lane {
 		w.laneUse[lane(at)]--
 	}
 	best := lane{node, 0}
-	for n := range w.lanes {
+	for n := range w.reachLocked(node).lanes {
 		if l := (lane{node, n}); w.laneUse[l] < w.laneUse[best] {
 			best = l
 		}
@@ -112,6 +209,7 @@ type orderedConn struct {
 	format   *kmsg.RequestFormatter
 	versions map[int16]int16 // the broker's highest version of each request
 	expiry   time.Time       // when to stop writing to it (SASL lifetime); zero: never
+	rtt      time.Duration   // the shortest of its rttProbes ApiVersions round trips
 	timeout  time.Duration   // how long the broker may take to answer
 	// markers, when set, is how long the broker may take to answer a
 	// WriteTxnMarkers request (Writer.SetMarkersDeadline).
@@ -184,8 +282,17 @@ func dialOrdered(ctx context.Context, cl *kgo.Client, addr string, timeout, mark
 	return c, nil
 }
 
+// rttProbes is how many ApiVersions requests a connection's handshake
+// sends, one at a time: the shortest round trip is its distance to the
+// broker (a broker's pause or a busy machine only lengthens one).
+const rttProbes = 3
+
 // handshake asks the broker's versions and authenticates, one request at a
-// time, before the reader starts.
+// time, before the reader starts; then it asks the versions again, timing
+// each (rtt). The first ask is timed too; the others come after
+// authentication, as a broker that requires SASL takes one ApiVersions
+// request before SaslHandshake and closes a connection sending another
+// (Kafka's SaslServerAuthenticator).
 func (c *orderedConn) handshake(ctx context.Context, cl *kgo.Client) error {
 	av := kmsg.NewPtrApiVersionsRequest()
 	av.Version = 3
@@ -193,23 +300,40 @@ func (c *orderedConn) handshake(ctx context.Context, cl *kgo.Client) error {
 		av.ClientSoftwareName, _ = nv[0].(string)
 		av.ClientSoftwareVersion, _ = nv[1].(string)
 	}
-	resp, err := c.roundTrip(av)
-	if err != nil {
-		return fmt.Errorf("asking broker %s its versions: %w", c.addr, err)
+	ask := func() (*kmsg.ApiVersionsResponse, error) {
+		start := time.Now()
+		resp, err := c.roundTrip(av)
+		if err != nil {
+			return nil, fmt.Errorf("asking broker %s its versions: %w", c.addr, err)
+		}
+		if took := time.Since(start); c.rtt == 0 || took < c.rtt {
+			c.rtt = took
+		}
+		avr := resp.(*kmsg.ApiVersionsResponse)
+		if err := kerr.ErrorForCode(avr.ErrorCode); err != nil {
+			return nil, fmt.Errorf("asking broker %s its versions: %w", c.addr, err)
+		}
+		return avr, nil
 	}
-	avr := resp.(*kmsg.ApiVersionsResponse)
-	if err := kerr.ErrorForCode(avr.ErrorCode); err != nil {
-		return fmt.Errorf("asking broker %s its versions: %w", c.addr, err)
+	avr, err := ask()
+	if err != nil {
+		return err
 	}
 	c.versions = make(map[int16]int16, len(avr.ApiKeys))
 	for _, k := range avr.ApiKeys {
 		c.versions[k.ApiKey] = k.MaxVersion
 	}
-	ms, _ := cl.OptValue(kgo.SASL).([]sasl.Mechanism)
-	if len(ms) == 0 {
-		return nil
+	if ms, _ := cl.OptValue(kgo.SASL).([]sasl.Mechanism); len(ms) > 0 {
+		if err := c.authenticate(ctx, ms[0]); err != nil {
+			return err
+		}
 	}
-	return c.authenticate(ctx, ms[0])
+	for range rttProbes - 1 {
+		if _, err := ask(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // authenticate runs mechanism m over SaslHandshake and SaslAuthenticate.

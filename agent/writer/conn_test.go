@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -290,5 +291,106 @@ func TestMarkersHeldInTheNetwork(t *testing.T) {
 				t.Fatalf("destination end %d (%v) after a batch and markers, want 3", b.HighWatermark, err)
 			}
 		})
+	}
+}
+
+// TestBrokerMeasuredFar: the writer measures a broker's round trip on the
+// first connection to it, before a partition takes a lane there; a broker
+// behind a link of 15 ms each way is far: two lanes, the far window, and
+// the connection's measured round trip at least the link's. A partition
+// that took a lane before its broker was measured (its caller's context
+// ended first) keeps it, and its sink becomes far; one on loopback is near.
+func TestBrokerMeasuredFar(t *testing.T) {
+	for _, engine := range []devcluster.EngineKind{devcluster.Embedded, devcluster.Kafka} {
+		t.Run(string(engine), func(t *testing.T) {
+			const oneWay = 15 * time.Millisecond
+			f := start(t, devcluster.Engine(engine), devcluster.Latency(oneWay))
+			f.topic(t, "m", 4)
+			ctx := context.Background()
+			l, err := f.w.meta.Leader(ctx, "m", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			node := l.Leader
+
+			ended, cancel := context.WithCancel(ctx)
+			cancel()
+			early := f.w.sink(ended, node, topicPart{"m", 0})
+			if early.lane != (lane{node, 0}) || early.reach().window != NearWindow {
+				t.Fatalf("m/0 before its broker is measured: lane %v, window %d; want lane 0 and the near window", early.lane, early.reach().window)
+			}
+			var lanes []int
+			for p := range int32(4) {
+				lanes = append(lanes, f.w.laneOf(ctx, node, "m", p).n)
+			}
+			f.w.mu.Lock()
+			rtt, measured := f.w.rtts[node]
+			f.w.mu.Unlock()
+			if !measured || rtt < 2*oneWay {
+				t.Fatalf("round trip to broker %d: %v (measured: %v), want at least %v", node, rtt, measured, 2*oneWay)
+			}
+			t.Logf("round trip to broker %d across %v each way: %v", node, oneWay, rtt)
+			addr, _ := f.w.meta.Broker(node)
+			if i := slices.IndexFunc(ReadReaches(), func(r Reach) bool { return r.Addr == addr }); i < 0 {
+				t.Errorf("ReadReaches %v: no broker %s", ReadReaches(), addr)
+			} else if r := ReadReaches()[i]; r.RTT != rtt || r.Lanes != 2 {
+				t.Errorf("ReadReaches for %s: %+v, want round trip %v and 2 lanes", addr, r, rtt)
+			}
+			if want := []int{0, 1, 0, 1}; !slices.Equal(lanes, want) {
+				t.Errorf("lanes of m/0..3: %v, want %v (m/0 keeps the lane it took first)", lanes, want)
+			}
+			if w := early.reach().window; w != FarWindow {
+				t.Errorf("m/0's sink, made before the broker was measured: window %d, want the far window %d", w, FarWindow)
+			}
+			// The writes land, over both lanes.
+			for p := range int32(4) {
+				if x := land(t, f.w, "m", p); x.s.lane.n != lanes[p] {
+					t.Errorf("m/%d written on lane %d, want %d", p, x.s.lane.n, lanes[p])
+				}
+			}
+			f.w.mu.Lock()
+			conns := 0
+			for l := range f.w.conns {
+				if l.node == node {
+					conns++
+				}
+			}
+			f.w.mu.Unlock()
+			if conns != 2 {
+				t.Errorf("%d connections to broker %d, want 2 lanes", conns, node)
+			}
+
+			near := start(t, devcluster.Engine(engine))
+			near.topic(t, "m", 2)
+			for p := range int32(2) {
+				if x := land(t, near.w, "m", p); x.Window() != NearWindow || x.s.lane.n != 0 {
+					t.Errorf("m/%d on loopback: window %d, lane %d; want the near window and lane 0", p, x.Window(), x.s.lane.n)
+				}
+			}
+		})
+	}
+}
+
+// land writes a batch of one record to an empty partition, again while its
+// new leader is not known yet, and returns the item that landed at 0.
+func land(t *testing.T, w *Writer, topic string, p int32) *Pending {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		x, err := w.ProduceAsync(ctx, topic, p, plain(t, 1))
+		var off int64
+		if err == nil {
+			off, err = x.Wait(ctx)
+		}
+		switch {
+		case err == nil && off == 0:
+			return x
+		case err == nil:
+			t.Fatalf("%s/%d: landed at %d, want 0", topic, p, off)
+		case !leaders.IsLeadershipError(err) || ctx.Err() != nil:
+			t.Fatalf("%s/%d: %v", topic, p, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -19,7 +20,7 @@ import (
 // destination broker, as franz-go's producer does with its sinks: concurrent
 // calls for different partitions led by the same broker go out in one
 // request, one item per partition. Each broker has a sink with a queue of
-// pending items; whenever fewer than maxInflight requests are in flight (a
+// pending items; whenever fewer than its reach's inflight requests are in flight (a
 // request was answered, or an item arrives at an idle sink), what is
 // pending is put in new requests and written to the broker's ordered
 // connection (conn.go), in order.
@@ -27,7 +28,7 @@ import (
 // Guarantees:
 //   - A request is a ProduceRequest or a WriteTxnMarkersRequest and
 //     carries at most one item per partition (Kafka refuses more batches).
-//     A partition's items leave in arrival order, at most maxPerPartition of
+//     A partition's items leave in arrival order, at most its reach's window of
 //     them in requests not yet answered, and reach the broker in that order.
 //   - A partition's markers leave only once every earlier item of the
 //     partition has been answered without error (a marker has no sequence
@@ -74,31 +75,6 @@ import (
 //     batches of one transactional id only): ProduceTxn writes them alone,
 //     to the same ordered connection.
 const (
-	// defaultMaxInflight is the number of produce requests a sink keeps in
-	// flight to its broker. They share one connection and Kafka reads the
-	// next request of a connection only once it answered the last, so
-	// requests in flight hide the network round trip (a wide-area link),
-	// not the broker's acks=all wait.
-	defaultMaxInflight = 16
-	// defaultMaxPerPartition is how many batches of one partition may be
-	// in requests not yet answered. Kafka keeps the metadata of a
-	// producer's last 5 batches per partition to recognize a resent one,
-	// which is why a producer that retries batches keeps 5 in flight; the
-	// mirror never resends a batch on its own: after an error it reads the
-	// destination end and writes from there, and a batch the broker no
-	// longer recognizes is refused out of sequence, never appended twice
-	// (only the next sequence is appended, and it is the same batch at the
-	// same offset). So the window is what a wide-area link needs: 16 source
-	// batches of a partition per 50 ms round trip. It bounds the agent
-	// next to the source: with batches of 91 KB, 50 ms from a Kafka 4.4.0
-	// destination, 16 requests of 6 batches per 55 ms, 145 MB/s (0.76 of
-	// loopback). 64 gave 170–177 MB/s there; on a slower machine, where 16
-	// gave 141.6–148.4 (0.99–1.03 of loopback), 64 gave 134.5–179.6 and
-	// loopback fell from 142.9–144.2 to 99.6–104.3 (smaller requests: the
-	// destination brokers spent 9.8–10.0 CPU-s per GB against 7.2), and 64
-	// sending beyond 16 only requests with a batch of every partition in
-	// flight gave 141.8 in one run and 91.5 in a full one. So 16.
-	defaultMaxPerPartition = 16
 	// returnGrace is how long a sink whose request was just answered waits
 	// for the callers of that request to come back with their next batch
 	// before sending what else is pending. Without it the first caller back
@@ -114,6 +90,7 @@ const (
 type sink struct {
 	w    *Writer
 	lane lane
+	far  atomic.Bool // its broker was measured far (Writer.measure)
 
 	mu       sync.Mutex
 	queue    []*pending        // arrival order
@@ -176,7 +153,8 @@ type request struct {
 var ErrNotSent = errors.New("not sent: an earlier write to the partition failed")
 
 // sink returns the sink of a partition led by node, making it on first use.
-func (w *Writer) sink(node int32, tp topicPart) *sink {
+func (w *Writer) sink(ctx context.Context, node int32, tp topicPart) *sink {
+	w.measure(ctx, node)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	l := w.laneOfLocked(node, tp)
@@ -184,9 +162,18 @@ func (w *Writer) sink(node int32, tp topicPart) *sink {
 	if s == nil {
 		s = &sink{w: w, lane: l, busy: map[topicPart]int{}, queued: map[topicPart]int{},
 			failed: map[topicPart]bool{}, returning: map[topicPart]bool{}}
+		s.far.Store(w.farLocked(node))
 		w.sinks[l] = s
 	}
 	return s
+}
+
+// reach is how the sink writes to its broker.
+func (s *sink) reach() reach {
+	if s.far.Load() {
+		return s.w.far
+	}
+	return s.w.near
 }
 
 // Pending is an item given to ProduceAsync or MarkersAsync: queued, in
@@ -198,6 +185,11 @@ type Pending struct {
 	part  int32
 	res   *produced // the answer once Wait took it
 }
+
+// Window is how many items of its partition the writer keeps in requests
+// not yet answered, on the sink it went to: NearWindow or FarWindow. A
+// caller pipelining a partition's batches keeps as many in flight.
+func (x *Pending) Window() int { return x.s.reach().window }
 
 // Done is closed once the item is answered; Wait then returns at once.
 func (x *Pending) Done() <-chan struct{} { return x.p.answered }
@@ -299,7 +291,7 @@ func (s *sink) settleLocked(tp topicPart) {
 }
 
 // maybeSendLocked makes requests of what is pending while fewer than
-// maxInflight are in flight, and has them issued in order.
+// its reach's inflight are in flight, and has them issued in order.
 func (s *sink) maybeSendLocked() {
 	if len(s.returning) > 0 {
 		return // the grace timer or the last caller back sends
@@ -308,7 +300,7 @@ func (s *sink) maybeSendLocked() {
 		s.grace.Stop()
 		s.grace = nil
 	}
-	for s.inflight < s.w.maxInflight {
+	for s.inflight < s.reach().inflight {
 		r := s.takeLocked()
 		if r == nil {
 			break
@@ -352,7 +344,7 @@ func (s *sink) takeLocked() *request {
 			continue
 		}
 		marker := p.markers > 0
-		ready := s.busy[p.tp] < s.w.maxPerPartition
+		ready := s.busy[p.tp] < s.reach().window
 		inR, seen := parts[p.tp]
 		switch {
 		case inR:
@@ -410,7 +402,7 @@ func (s *sink) markersFirstLocked() bool {
 			case marker:
 				stuck++
 				head[p.tp] = false
-			case s.busy[p.tp] < s.w.maxPerPartition:
+			case s.busy[p.tp] < s.reach().window:
 				batches++
 			}
 		case marker && inRun:

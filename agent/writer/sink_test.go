@@ -111,13 +111,12 @@ func start(t *testing.T, opts ...devcluster.Option) *fixture {
 	}
 	t.Cleanup(cl.Close)
 	w := New(cl, leaders.New(cl))
-	w.lanes = 1 // one sink per broker: the cases below are about coalescing
 	return &fixture{c: c, cl: cl, w: w, adm: kadm.NewClient(cl)}
 }
 
 // oneAtATime keeps one request in flight and one batch per partition, so
 // that what follows a held request queues in the sink.
-func (f *fixture) oneAtATime() { f.w.maxInflight, f.w.maxPerPartition = 1, 1 }
+func (f *fixture) oneAtATime() { f.w.near.inflight, f.w.near.window = 1, 1 }
 
 func (f *fixture) topic(t *testing.T, name string, partitions int32) {
 	t.Helper()
@@ -152,7 +151,7 @@ func (f *fixture) queued(t *testing.T, topic string, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := f.w.sink(l.Leader, topicPart{topic, 0})
+	s := f.w.sink(context.Background(), l.Leader, topicPart{topic, 0})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		s.mu.Lock()
@@ -233,7 +232,7 @@ func TestProduceCoalescesConcurrentPartitions(t *testing.T) {
 	for _, inflight := range []int{1, 4} {
 		t.Run(fmt.Sprintf("inflight=%d", inflight), func(t *testing.T) {
 			f := start(t, devcluster.Brokers(2))
-			f.w.maxInflight = inflight
+			f.w.near.inflight = inflight
 			o := observe(t, f.c, 0)
 			const parts, batches = 8, 40
 			topics := []string{"a", "b"}
@@ -649,7 +648,7 @@ func TestProduceTxnNotCoalesced(t *testing.T) {
 // its window (5 here), and the sixth waits; all land in sequence order.
 func TestProducePipelinesOnePartition(t *testing.T) {
 	f := start(t)
-	f.w.maxInflight, f.w.maxPerPartition = 10, 5 // the partition's window, not the broker's, is the limit here
+	f.w.near.inflight, f.w.near.window = 10, 5 // the partition's window, not the broker's, is the limit here
 	o := observe(t, f.c, 1)
 	f.topic(t, "t", 2)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -680,7 +679,7 @@ func TestProducePipelinesOnePartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := f.w.sink(l.Leader, topicPart{"t", 0})
+	s := f.w.sink(ctx, l.Leader, topicPart{"t", 0})
 	s.mu.Lock()
 	busy, inflight := s.busy[topicPart{"t", 0}], s.inflight
 	s.mu.Unlock()
@@ -707,68 +706,105 @@ func TestProducePipelinesOnePartition(t *testing.T) {
 }
 
 // Many partitions, each pipelining its batches from one goroutine with the
-// writer's window (full twice over), over two brokers: requests issued from several goroutines
-// reach each broker in order, so no batch is refused out of sequence and
-// every batch lands where its sequence says.
+// writer's window (full twice over), over two brokers: requests issued from
+// several goroutines reach each broker in order, so no batch is refused out
+// of sequence and every batch lands where its sequence says. Across a link
+// of 15 ms each way too, where the brokers are far: two lanes each, and
+// the far window.
 func TestProducePipelinedInOrder(t *testing.T) {
-	f := start(t, devcluster.Brokers(2))
-	const parts, batches = 12, 2 * defaultMaxPerPartition
-	f.topic(t, "t", parts)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pid, epoch, err := f.w.InitProducerID(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	errs := make(chan error, parts)
-	var wg sync.WaitGroup
-	for p := range int32(parts) {
-		wg.Go(func() {
-			var (
-				seq    int32
-				next   int64
-				window []*Pending
-				wants  []int64
-			)
-			reap := func() error {
-				off, err := window[0].Wait(ctx)
-				if err != nil {
-					return fmt.Errorf("t/%d batch at %d: %w", p, wants[0], err)
-				}
-				if off != wants[0] {
-					return fmt.Errorf("t/%d: batch landed at %d, want %d", p, off, wants[0])
-				}
-				window, wants = window[1:], wants[1:]
-				return nil
+	for _, tc := range []struct {
+		name   string
+		opts   []devcluster.Option
+		window int
+		lanes  int
+	}{
+		{"near", nil, NearWindow, 1},
+		{"far", []devcluster.Option{devcluster.Latency(15 * time.Millisecond)}, FarWindow, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := start(t, append(tc.opts, devcluster.Brokers(2))...)
+			const parts = 12
+			batches := 2 * tc.window
+			f.topic(t, "t", parts)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			pid, epoch, err := f.w.InitProducerID(ctx)
+			if err != nil {
+				t.Fatal(err)
 			}
-			for i := range batches {
-				n := 1 + (i+int(p))%4
-				x, err := f.w.ProduceAsync(ctx, "t", p, batch(t, pid, epoch, seq, 0, n))
-				if err != nil {
-					errs <- err
-					return
-				}
-				window, wants = append(window, x), append(wants, next)
-				seq, next = seq+int32(n), next+int64(n)
-				if len(window) == defaultMaxPerPartition {
-					if err := reap(); err != nil {
-						errs <- err
-						return
+			errs := make(chan error, parts)
+			var wg sync.WaitGroup
+			for p := range int32(parts) {
+				wg.Go(func() {
+					var (
+						seq    int32
+						next   int64
+						window []*Pending
+						wants  []int64
+					)
+					reap := func() error {
+						off, err := window[0].Wait(ctx)
+						if err != nil {
+							return fmt.Errorf("t/%d batch at %d: %w", p, wants[0], err)
+						}
+						if off != wants[0] {
+							return fmt.Errorf("t/%d: batch landed at %d, want %d", p, off, wants[0])
+						}
+						window, wants = window[1:], wants[1:]
+						return nil
 					}
+					for i := range batches {
+						n := 1 + (i+int(p))%4
+						x, err := f.w.ProduceAsync(ctx, "t", p, batch(t, pid, epoch, seq, 0, n))
+						if err != nil {
+							errs <- err
+							return
+						}
+						if x.Window() != tc.window {
+							errs <- fmt.Errorf("t/%d: window %d, want %d", p, x.Window(), tc.window)
+							return
+						}
+						window, wants = append(window, x), append(wants, next)
+						seq, next = seq+int32(n), next+int64(n)
+						if len(window) == tc.window {
+							if err := reap(); err != nil {
+								errs <- err
+								return
+							}
+						}
+					}
+					for len(window) > 0 {
+						if err := reap(); err != nil {
+							errs <- err
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			// Every broker carries the partitions it leads over its lanes.
+			f.w.mu.Lock()
+			defer f.w.mu.Unlock()
+			lanes := map[int32]map[int]bool{}
+			for _, at := range f.w.laneOfTP {
+				if lanes[at.node] == nil {
+					lanes[at.node] = map[int]bool{}
+				}
+				lanes[at.node][at.n] = true
+			}
+			for node, ns := range lanes {
+				if len(ns) != tc.lanes {
+					t.Errorf("broker %d: its partitions took lanes %v, want %d lanes (round trip measured %v)", node, ns, tc.lanes, f.w.rtts[node])
 				}
 			}
-			for len(window) > 0 {
-				if err := reap(); err != nil {
-					errs <- err
-					return
-				}
+			if len(lanes) != 2 {
+				t.Errorf("partitions on brokers %v, want both", lanes)
 			}
 		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
 	}
 }
 
@@ -809,7 +845,7 @@ func markersRequests(c *devcluster.Cluster) func() []map[topicPart]int {
 // flight it writes again.
 func TestMarkersBehindAnsweredBatches(t *testing.T) {
 	f := start(t)
-	f.w.maxInflight = 4
+	f.w.near.inflight = 4
 	o := observe(t, f.c, 1)
 	markers := markersRequests(f.c)
 	f.topic(t, "m", 3)
@@ -910,7 +946,7 @@ func waitAsync(x *Pending, err error) <-chan result {
 // answer came.
 func TestBatchesWaitForAQueuedMarker(t *testing.T) {
 	f := start(t)
-	f.w.maxInflight = 4
+	f.w.near.inflight = 4
 	o := observe(t, f.c, 1)
 	markers := markersRequests(f.c)
 	f.topic(t, "q", 2)
@@ -947,7 +983,7 @@ func TestBatchesWaitForAQueuedMarker(t *testing.T) {
 // after them lands after both.
 func TestMarkersInARowLeaveTogether(t *testing.T) {
 	f := start(t)
-	f.w.maxInflight = 4
+	f.w.near.inflight = 4
 	o := observe(t, f.c, 1)
 	markers := markersRequests(f.c)
 	f.topic(t, "r", 2)
@@ -984,7 +1020,7 @@ func TestMarkersInARowLeaveTogether(t *testing.T) {
 // connection at a time); a partition's batches keep their lane.
 func TestLanesDoNotWaitForEachOther(t *testing.T) {
 	f := start(t)
-	f.w.lanes = 2
+	f.w.near.lanes = 2
 	o := observe(t, f.c, 1)
 	f.topic(t, "l", 8)
 	ctx := context.Background()
@@ -994,7 +1030,7 @@ func TestLanesDoNotWaitForEachOther(t *testing.T) {
 	}
 	other := int32(-1)
 	for p := int32(1); p < 8 && other < 0; p++ {
-		if f.w.laneOf(l.Leader, "l", p) != f.w.laneOf(l.Leader, "l", 0) {
+		if f.w.laneOf(ctx, l.Leader, "l", p) != f.w.laneOf(ctx, l.Leader, "l", 0) {
 			other = p
 		}
 	}
@@ -1030,7 +1066,7 @@ func TestOrderedConnReopens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lane := f.w.laneOf(l.Leader, "r", 0)
+	lane := f.w.laneOf(ctx, l.Leader, "r", 0)
 	old, err := f.w.current(lane)
 	if err != nil || old == nil {
 		t.Fatalf("no connection after a produce: %v", err)
@@ -1064,29 +1100,31 @@ func TestOrderedConnReopens(t *testing.T) {
 // order they first write, keep their lane while the broker leads them, and
 // a partition whose leader moves frees its place on the old broker.
 func TestLaneOfSpreads(t *testing.T) {
-	w := &Writer{lanes: 3, laneOfTP: map[topicPart]laneAt{}, laneUse: map[lane]int{}}
+	// Both brokers measured, as near ones of three lanes.
+	w := &Writer{near: reach{lanes: 3}, farRTT: farRTT, rtts: map[int32]time.Duration{1: 0, 2: 0}, laneOfTP: map[topicPart]laneAt{}, laneUse: map[lane]int{}}
+	ctx := context.Background()
 	var got []int
 	for p := range int32(7) {
-		got = append(got, w.laneOf(1, "t", p).n)
+		got = append(got, w.laneOf(ctx, 1, "t", p).n)
 	}
 	if want := []int{0, 1, 2, 0, 1, 2, 0}; !slices.Equal(got, want) {
 		t.Fatalf("lanes of t/0..6 on broker 1: %v, want %v", got, want)
 	}
 	for p := range int32(7) {
-		if l := w.laneOf(1, "t", p); l.n != got[p] {
+		if l := w.laneOf(ctx, 1, "t", p); l.n != got[p] {
 			t.Errorf("t/%d moved from lane %d to %d while broker 1 leads it", p, got[p], l.n)
 		}
 	}
 	// t/1 and t/4, both on lane 1, move to broker 2: lane 1 of broker 1
 	// is then the least used (0, against 3 and 2), and the next new
 	// partition takes it.
-	if l := w.laneOf(2, "t", 1); l != (lane{2, 0}) {
+	if l := w.laneOf(ctx, 2, "t", 1); l != (lane{2, 0}) {
 		t.Errorf("t/1 on broker 2: %v, want lane 0", l)
 	}
-	if l := w.laneOf(2, "t", 4); l != (lane{2, 1}) {
+	if l := w.laneOf(ctx, 2, "t", 4); l != (lane{2, 1}) {
 		t.Errorf("t/4 on broker 2: %v, want lane 1", l)
 	}
-	if l := w.laneOf(1, "u", 0); l != (lane{1, 1}) {
+	if l := w.laneOf(ctx, 1, "u", 0); l != (lane{1, 1}) {
 		t.Errorf("u/0 on broker 1 after lane 1 emptied: %v, want lane 1", l)
 	}
 	if use := w.laneUse[lane{1, 1}]; use != 1 {
@@ -1159,7 +1197,7 @@ func TestMarkersOrBatchesFirst(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := start(t)
-			f.w.maxInflight = 1
+			f.w.near.inflight = 1
 			o := observe(t, f.c, 1)
 			var mu sync.Mutex
 			var sent []string

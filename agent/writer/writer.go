@@ -6,6 +6,8 @@ package writer
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,13 +58,13 @@ func (h *closeHook) OnClientClosed(*kgo.Client) {
 
 // Writer writes to one destination cluster.
 type Writer struct {
-	cl              *kgo.Client
-	meta            *leaders.Cache
-	timeout         time.Duration
-	maxInflight     int // produce requests in flight per broker sink
-	maxPerPartition int // batches of one partition in requests not yet answered
-
-	lanes int // ordered connections per broker (conn.go)
+	cl      *kgo.Client
+	meta    *leaders.Cache
+	timeout time.Duration
+	// near and far are how the writer writes to a broker that answers
+	// within farRTT and to one that does not (reach).
+	near, far reach
+	farRTT    time.Duration
 
 	dialMu sync.Mutex // held while an ordered connection opens
 	mu     sync.Mutex
@@ -72,7 +74,10 @@ type Writer struct {
 	// lane carries (laneOf).
 	laneOfTP map[topicPart]laneAt
 	laneUse  map[lane]int
-	closed   bool
+	// rtts holds the round trip measured to each broker (measure); a
+	// broker not in it is written to as a near one.
+	rtts   map[int32]time.Duration
+	closed bool
 
 	// markersDeadline: SetMarkersDeadline.
 	markersDeadline time.Duration
@@ -92,9 +97,9 @@ func (w *Writer) SetMarkersDeadline(d time.Duration) { w.markersDeadline = d }
 
 // New returns a writer using cl, which must have been made with ClientOpts.
 func New(cl *kgo.Client, meta *leaders.Cache) *Writer {
-	w := &Writer{cl: cl, meta: meta, timeout: 30 * time.Second, maxInflight: defaultMaxInflight,
-		maxPerPartition: defaultMaxPerPartition, lanes: defaultLanes, sinks: map[lane]*sink{}, conns: map[lane]*orderedConn{},
-		laneOfTP: map[topicPart]laneAt{}, laneUse: map[lane]int{}}
+	w := &Writer{cl: cl, meta: meta, timeout: 30 * time.Second, near: nearReach, far: farReach, farRTT: farRTT,
+		sinks: map[lane]*sink{}, conns: map[lane]*orderedConn{},
+		laneOfTP: map[topicPart]laneAt{}, laneUse: map[lane]int{}, rtts: map[int32]time.Duration{}}
 	for _, v := range cl.OptValues(kgo.WithHooks) {
 		hs, _ := v.([]kgo.Hook)
 		for _, h := range hs {
@@ -186,7 +191,7 @@ func (w *Writer) Produce(ctx context.Context, topic string, partition int32, bat
 // duplicate of a batch already appended (same producer id, epoch and
 // sequences) gets the original offset, as Kafka answers. Batches for
 // different partitions led by the same broker share produce requests, and
-// up to 16 batches of one partition are in flight at once, sent in call
+// up to Window batches of one partition are in flight at once, sent in call
 // order (sink.go); a caller pipelining one partition's batches must call in
 // sequence order, from one goroutine. The checks of ctx (agent/writegate)
 // are asked when the batch's request leaves.
@@ -196,7 +201,7 @@ func (w *Writer) ProduceAsync(ctx context.Context, topic string, partition int32
 		return nil, &ProduceError{Topic: topic, Partition: partition, Err: err}
 	}
 	tp := topicPart{topic, partition}
-	return w.sink(l.Leader, tp).enqueue(&pending{tp: tp, batch: batch, gate: writegate.From(ctx)}), nil
+	return w.sink(ctx, l.Leader, tp).enqueue(&pending{tp: tp, batch: batch, gate: writegate.From(ctx)}), nil
 }
 
 // MarkersAsync queues n ABORT markers of producer p for a partition
@@ -213,7 +218,7 @@ func (w *Writer) MarkersAsync(ctx context.Context, p Producer, topic string, par
 		return nil, &ProduceError{Topic: topic, Partition: partition, Markers: true, Err: err}
 	}
 	tp := topicPart{topic, partition}
-	return w.sink(l.Leader, tp).enqueue(&pending{tp: tp, markers: n, producer: p, gate: writegate.From(ctx)}), nil
+	return w.sink(ctx, l.Leader, tp).enqueue(&pending{tp: tp, markers: n, producer: p, gate: writegate.From(ctx)}), nil
 }
 
 // produceAlone sends one batch in a request of its own: a transactional
@@ -227,7 +232,7 @@ func (w *Writer) produceAlone(ctx context.Context, txnID *string, topic string, 
 		return -1, &ProduceError{Topic: topic, Partition: partition, Err: err}
 	}
 	req := w.produceRequest(txnID, []*pending{{tp: topicPart{topic, partition}, batch: batch}})
-	a := w.issue(w.laneOf(l.Leader, topic, partition), req)
+	a := w.issue(w.laneOf(ctx, l.Leader, topic, partition), req)
 	select {
 	case <-a.done:
 	case <-ctx.Done():
@@ -359,6 +364,28 @@ func ReadStats() Stats {
 		Markers: stats.markers.Load(), MarkersWritten: stats.markersWritten.Load(),
 		ProduceTxn: stats.produceTxn.Load(), Transactions: stats.transactions.Load(),
 	}
+}
+
+// Reach is what the writers of this process measured of one destination
+// broker (Writer.measure), for the agent's metrics.
+type Reach struct {
+	Addr  string        // the broker's address
+	RTT   time.Duration // the shortest of its first connection's ApiVersions round trips
+	Lanes int           // connections the writer opens to it at most: 2 when it is far
+}
+
+// reaches holds each measured broker's Reach by address.
+var reaches sync.Map
+
+// ReadReaches returns the destination brokers measured so far, by address.
+func ReadReaches() []Reach {
+	var rs []Reach
+	reaches.Range(func(_, v any) bool {
+		rs = append(rs, v.(Reach))
+		return true
+	})
+	slices.SortFunc(rs, func(a, b Reach) int { return strings.Compare(a.Addr, b.Addr) })
+	return rs
 }
 
 // count adds req, about to be sent, to the process-wide counters.
