@@ -122,6 +122,17 @@ func (w *Writer) reachLocked(node int32) reach {
 	return w.near
 }
 
+// lockMeasured takes w.mu once node is measured (measure), or once
+// measuring it gave up: one lock on the write path after the first write.
+func (w *Writer) lockMeasured(ctx context.Context, node int32) {
+	w.mu.Lock()
+	if _, known := w.rtts[node]; !known {
+		w.mu.Unlock()
+		w.measure(ctx, node)
+		w.mu.Lock()
+	}
+}
+
 // measure learns how far node is, once, before a partition of it takes a
 // lane: the round trip of the handshake of its first ordered connection
 // (dialOrdered). A caller whose ctx ends first, or whose connection fails
@@ -129,12 +140,6 @@ func (w *Writer) reachLocked(node int32) reach {
 // keeps it if the broker turns out far (laneOfLocked), and a later call
 // measures. A broker found far makes its sinks far.
 func (w *Writer) measure(ctx context.Context, node int32) {
-	w.mu.Lock()
-	_, known := w.rtts[node]
-	w.mu.Unlock()
-	if known {
-		return
-	}
 	opened := make(chan *orderedConn, 1)
 	go func() {
 		c, _ := w.ordered(lane{node, 0})
@@ -175,8 +180,7 @@ type laneAt struct {
 // measured (measure). Lanes open lazily, so a broker leading k partitions
 // gets min(k, lanes) connections.
 func (w *Writer) laneOf(ctx context.Context, node int32, topic string, partition int32) lane {
-	w.measure(ctx, node)
-	w.mu.Lock()
+	w.lockMeasured(ctx, node)
 	defer w.mu.Unlock()
 	return w.laneOfLocked(node, topicPart{topic, partition})
 }

@@ -154,8 +154,7 @@ var ErrNotSent = errors.New("not sent: an earlier write to the partition failed"
 
 // sink returns the sink of a partition led by node, making it on first use.
 func (w *Writer) sink(ctx context.Context, node int32, tp topicPart) *sink {
-	w.measure(ctx, node)
-	w.mu.Lock()
+	w.lockMeasured(ctx, node)
 	defer w.mu.Unlock()
 	l := w.laneOfLocked(node, tp)
 	s := w.sinks[l]
@@ -330,8 +329,9 @@ func (s *sink) takeLocked() *request {
 		r = &request{markers: s.markersFirstLocked()}
 	}
 	var (
-		bytes int
-		kept  = s.queue[:0]
+		bytes  int
+		window = s.reach().window
+		kept   = s.queue[:0]
 		// parts: true for a partition in r, false once an item of it is
 		// kept queued (what follows it stays too).
 		parts = map[topicPart]bool{}
@@ -344,7 +344,7 @@ func (s *sink) takeLocked() *request {
 			continue
 		}
 		marker := p.markers > 0
-		ready := s.busy[p.tp] < s.reach().window
+		ready := s.busy[p.tp] < window
 		inR, seen := parts[p.tp]
 		switch {
 		case inR:
@@ -388,6 +388,7 @@ func (s *sink) takeLocked() *request {
 // left partitions out of step, a request for each kind every round.
 func (s *sink) markersFirstLocked() bool {
 	var markers, batches, stuck int
+	window := s.reach().window
 	head := map[topicPart]bool{} // partition → its head run is markers
 	for _, p := range s.queue {
 		marker := p.markers > 0
@@ -402,7 +403,7 @@ func (s *sink) markersFirstLocked() bool {
 			case marker:
 				stuck++
 				head[p.tp] = false
-			case s.busy[p.tp] < s.reach().window:
+			case s.busy[p.tp] < window:
 				batches++
 			}
 		case marker && inRun:
