@@ -896,8 +896,8 @@ func TestMarkersBehindAnsweredBatches(t *testing.T) {
 	if r := wait(t, after); r.err != nil || r.off != 3 {
 		t.Fatalf("batch after the markers of m/0: offset %d, %v; want 3, behind them", r.off, r.err)
 	}
-	// Counted once that batch is answered: it leaves after the markers'
-	// answer reached their caller.
+	// Counted once that batch is answered: it leaves right behind the
+	// markers, in a request of its own.
 	if reqs, _, _ := o.snapshot(); len(reqs) != 2 {
 		t.Errorf("produce requests %v, want m/0's first batch, then the one after its markers", reqs)
 	}
@@ -981,6 +981,84 @@ func TestBatchesWaitForAQueuedMarker(t *testing.T) {
 	}
 	if reqs, _, _ := o.snapshot(); len(reqs) != 2 || fmt.Sprint(reqs[1]) != fmt.Sprint([]topicPart{{"q", 1}}) {
 		t.Errorf("produce requests %v, want q/0's batch, then q/1's", reqs)
+	}
+}
+
+// TestBatchesFollowTheirMarkers: the batches queued at the head of their
+// partitions leave right behind a markers request, before its answer,
+// though markers stay queued: the batch behind the markers and another
+// partition's batch, in one produce request; the partition's next markers
+// still wait for that batch's answer. Each item lands where its place in
+// the queue says.
+func TestBatchesFollowTheirMarkers(t *testing.T) {
+	f := start(t)
+	f.w.near.inflight = 4
+	o := observe(t, f.c, 1)
+	f.topic(t, "fm", 2)
+	ctx := context.Background()
+	ipid, epoch, err := f.w.InitProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := Producer{ID: 1 << 62}
+	first := f.async(ctx, "fm", 0, batch(t, ipid, epoch, 0, 0, 1))
+	<-o.held
+	mk1 := waitAsync(f.w.MarkersAsync(ctx, pid, "fm", 0, 1))
+	behind := waitAsync(f.w.ProduceAsync(ctx, "fm", 0, batch(t, ipid, epoch, 1, 0, 1)))
+	mk2 := waitAsync(f.w.MarkersAsync(ctx, pid, "fm", 0, 1))
+	other := waitAsync(f.w.ProduceAsync(ctx, "fm", 1, batch(t, ipid, epoch, 0, 0, 1)))
+	f.queued(t, "fm", 4)
+
+	// The broker holds the first markers request (kfake serves nothing
+	// else meanwhile) until the writer has two requests in flight.
+	kc := f.c.Kfake()
+	var held atomic.Int32
+	release := make(chan struct{})
+	kc.ControlKey(int16(kmsg.WriteTxnMarkers), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		if held.Add(1) == 1 {
+			<-release
+		}
+		return nil, nil, false
+	})
+	o.releaseReq(0)
+	l, err := f.w.meta.Leader(ctx, "fm", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := f.w.sink(ctx, l.Leader, topicPart{"fm", 0})
+	inflight := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.inflight
+	}
+	for deadline := time.Now().Add(10 * time.Second); held.Load() == 0 || inflight() < 2; {
+		if time.Now().After(deadline) {
+			close(release)
+			t.Fatalf("%d requests in flight, markers held %d times: the batches behind the markers did not follow them", inflight(), held.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	for name, c := range map[string]struct {
+		ch   <-chan result
+		want int64
+	}{"fm/0's first batch": {first, 0}, "fm/0's batch behind its markers": {behind, 2}, "fm/1's batch": {other, 0}} {
+		if r := wait(t, c.ch); r.err != nil || r.off != c.want {
+			t.Errorf("%s: offset %d, %v; want %d", name, r.off, r.err, c.want)
+		}
+	}
+	for name, ch := range map[string]<-chan result{"fm/0's first markers": mk1, "fm/0's second markers": mk2} {
+		if r := wait(t, ch); r.err != nil {
+			t.Errorf("%s: %v", name, r.err)
+		}
+	}
+	if got := f.end(t, "fm", 0); got != 4 {
+		t.Errorf("fm/0 ends at %d, want 4 (batch, marker, batch, marker)", got)
+	}
+	reqs, _, _ := o.snapshot()
+	if len(reqs) != 2 || fmt.Sprint(reqs[1]) != fmt.Sprint([]topicPart{{"fm", 0}, {"fm", 1}}) {
+		t.Errorf("produce requests %v, want fm/0's first batch, then fm/0's next with fm/1's", reqs)
 	}
 }
 
