@@ -946,24 +946,43 @@ func waitAsync(x *Pending, err error) <-chan result {
 	return ch
 }
 
+// heldFirst is a writer with 4 requests in flight to a broker that holds
+// its first produce request: the first batch of topic's partition 0 (of
+// parts), written by an idempotent producer. What is queued next waits
+// behind it until o.releaseReq(0).
+type heldFirst struct {
+	f     *fixture
+	o     *observer
+	ipid  int64
+	epoch int16
+	first <-chan result
+}
+
+func holdFirst(t *testing.T, topic string, parts int32) heldFirst {
+	t.Helper()
+	h := heldFirst{f: start(t)}
+	h.f.w.near.inflight = 4
+	h.o = observe(t, h.f.c, 1)
+	h.f.topic(t, topic, parts)
+	var err error
+	if h.ipid, h.epoch, err = h.f.w.InitProducerID(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.first = h.f.async(context.Background(), topic, 0, batch(t, h.ipid, h.epoch, 0, 0, 1))
+	<-h.o.held
+	return h
+}
+
 // TestBatchesWaitForAQueuedMarker: once a partition's next item is a
 // marker, waiting for its batch's answer, another partition's batch queued
 // meanwhile does not go out in a request of its own, which the marker
 // would then wait for too: it leaves right behind the marker, once the
 // answer came.
 func TestBatchesWaitForAQueuedMarker(t *testing.T) {
-	f := start(t)
-	f.w.near.inflight = 4
-	o := observe(t, f.c, 1)
+	h := holdFirst(t, "q", 2)
+	f, o, ipid, epoch, first := h.f, h.o, h.ipid, h.epoch, h.first
 	markers := markersRequests(f.c)
-	f.topic(t, "q", 2)
 	ctx := context.Background()
-	ipid, epoch, err := f.w.InitProducerID(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := f.async(ctx, "q", 0, batch(t, ipid, epoch, 0, 0, 1))
-	<-o.held
 	mk := waitAsync(f.w.MarkersAsync(ctx, Producer{ID: 1 << 62}, "q", 0, 1))
 	other := waitAsync(f.w.ProduceAsync(ctx, "q", 1, batch(t, ipid, epoch, 0, 0, 2)))
 	f.queued(t, "q", 2)
@@ -991,18 +1010,10 @@ func TestBatchesWaitForAQueuedMarker(t *testing.T) {
 // still wait for that batch's answer. Each item lands where its place in
 // the queue says.
 func TestBatchesFollowTheirMarkers(t *testing.T) {
-	f := start(t)
-	f.w.near.inflight = 4
-	o := observe(t, f.c, 1)
-	f.topic(t, "fm", 2)
+	h := holdFirst(t, "fm", 2)
+	f, o, ipid, epoch, first := h.f, h.o, h.ipid, h.epoch, h.first
 	ctx := context.Background()
-	ipid, epoch, err := f.w.InitProducerID(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	pid := Producer{ID: 1 << 62}
-	first := f.async(ctx, "fm", 0, batch(t, ipid, epoch, 0, 0, 1))
-	<-o.held
 	mk1 := waitAsync(f.w.MarkersAsync(ctx, pid, "fm", 0, 1))
 	behind := waitAsync(f.w.ProduceAsync(ctx, "fm", 0, batch(t, ipid, epoch, 1, 0, 1)))
 	mk2 := waitAsync(f.w.MarkersAsync(ctx, pid, "fm", 0, 1))
@@ -1067,19 +1078,11 @@ func TestBatchesFollowTheirMarkers(t *testing.T) {
 // WriteTxnMarkers request, one entry each in their order, and the batch
 // after them lands after both.
 func TestMarkersInARowLeaveTogether(t *testing.T) {
-	f := start(t)
-	f.w.near.inflight = 4
-	o := observe(t, f.c, 1)
+	h := holdFirst(t, "r", 2)
+	f, o, ipid, epoch, first := h.f, h.o, h.ipid, h.epoch, h.first
 	markers := markersRequests(f.c)
-	f.topic(t, "r", 2)
 	ctx := context.Background()
-	ipid, epoch, err := f.w.InitProducerID(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	pid := Producer{ID: 1 << 62}
-	first := f.async(ctx, "r", 0, batch(t, ipid, epoch, 0, 0, 1))
-	<-o.held
 	m1 := waitAsync(f.w.MarkersAsync(ctx, pid, "r", 0, 1))
 	m2 := waitAsync(f.w.MarkersAsync(ctx, pid, "r", 0, 2))
 	other := waitAsync(f.w.MarkersAsync(ctx, pid, "r", 1, 1))
