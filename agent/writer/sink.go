@@ -312,14 +312,16 @@ func (s *sink) maybeSendLocked() {
 		s.grace = nil
 	}
 	for s.inflight < s.reach().inflight {
-		r := s.takeLocked(nil)
+		r := s.takeLocked(false)
 		if r == nil {
 			break
 		}
 		s.inflight++
 		s.outbox = append(s.outbox, r)
 		if r.markers && s.inflight < s.reach().inflight {
-			if f := s.takeLocked(r); f != nil {
+			// The batches at their partitions' heads follow the markers
+			// at once, before their answer (see the guarantees above).
+			if f := s.takeLocked(true); f != nil {
 				s.inflight++
 				s.outbox = append(s.outbox, f)
 			}
@@ -336,16 +338,16 @@ func (s *sink) maybeSendLocked() {
 // all markers (see markersFirstLocked), none of a partition whose window is
 // full, whose marker waits for earlier answers or for the connection, or
 // which has an earlier item left queued, up to maxRequestBytes. Nothing
-// goes while a request is in flight and a marker is queued, except, with
-// after (a markers request just taken), the batch right behind each of its
-// partitions' markers: those follow them at once. Items of a partition
+// goes while a request is in flight and a marker is queued, except with
+// follow, right behind a markers request: then the batches at the head of
+// their partitions, and nothing else, go at once. Items of a partition
 // that failed are answered ErrNotSent.
-func (s *sink) takeLocked(after *request) *request {
-	if s.inflight > 0 && s.markers > 0 && after == nil {
+func (s *sink) takeLocked(follow bool) *request {
+	if s.inflight > 0 && s.markers > 0 && !follow {
 		return nil // the connection drains for the markers
 	}
 	var r *request
-	if s.markers > 0 && after == nil {
+	if s.markers > 0 && !follow {
 		r = &request{markers: s.markersFirstLocked()}
 	}
 	var (
@@ -373,7 +375,7 @@ func (s *sink) takeLocked(after *request) *request {
 			// source's commit markers in a row cost one round, not one
 			// each.
 			ready = marker && r.markers
-		case after != nil:
+		case follow:
 			ready = ready && !marker
 		case marker:
 			ready = s.busy[p.tp] == 0 && s.inflight == 0
