@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -27,14 +28,19 @@ import (
 // (hold), it keeps what clients send instead of passing it on, as a
 // network partition would; a client that resets its connection meanwhile
 // loses what was held (a reset drops what the sender's kernel has not
-// delivered), and what is held when it stops holding goes on with the
-// client's next bytes.
+// delivered). What is held goes on once it stops holding, or, with pass,
+// while it goes on holding what comes next.
 type relay struct {
 	mu      sync.Mutex
 	ended   []error // how each client side's reading ended, in order
 	holding bool
+	passes  int // each connection passes on what it held once per pass
 	dropped int // bytes held when their connection ended
 }
+
+// relayPoll is how often a relayed connection looks whether to pass on
+// what it holds while its client sends nothing.
+const relayPoll = 5 * time.Millisecond
 
 // dial is a kgo.Dialer: a proxy to addr, and a connection to it.
 func (r *relay) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -70,13 +76,21 @@ func (r *relay) dial(ctx context.Context, network, addr string) (net.Conn, error
 func (r *relay) forward(out, in net.Conn) error {
 	buf := make([]byte, 64<<10)
 	var held []byte
+	r.mu.Lock()
+	passed := r.passes
+	r.mu.Unlock()
 	for {
+		_ = in.SetReadDeadline(time.Now().Add(relayPoll))
 		n, err := in.Read(buf)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = nil
+		}
 		held = append(held, buf[:n]...)
 		r.mu.Lock()
-		holding := r.holding
+		send := !r.holding || passed < r.passes
+		passed = r.passes
 		r.mu.Unlock()
-		if !holding && len(held) > 0 {
+		if send && len(held) > 0 {
 			if _, werr := out.Write(held); werr != nil {
 				return werr
 			}
@@ -118,6 +132,14 @@ func (r *relay) hold(on bool) {
 	r.holding = on
 }
 
+// pass has every connection pass on what it holds now, and go on holding
+// what comes next while the relay holds.
+func (r *relay) pass() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.passes++
+}
+
 // droppedBytes is what the relay held of connections that ended.
 func (r *relay) droppedBytes() int {
 	r.mu.Lock()
@@ -132,8 +154,9 @@ func (r *relay) endings() []error {
 }
 
 // relayedWriter is a writer to c whose connections go through a relay, with
-// markers deadline deadline, and a one-partition topic "d" on c.
-func relayedWriter(t *testing.T, c *devcluster.Cluster, deadline time.Duration) (*relay, *Writer) {
+// markers deadline deadline (0: none), and a topic "d" of two partitions
+// on c.
+func relayedWriter(t *testing.T, c *devcluster.Cluster, deadline time.Duration) (*relay, *fixture) {
 	t.Helper()
 	r := &relay{}
 	cl, err := kgo.NewClient(ClientOpts([]kgo.Opt{kgo.SeedBrokers(c.Bootstrap()...), kgo.Dialer(r.dial)})...)
@@ -144,8 +167,8 @@ func relayedWriter(t *testing.T, c *devcluster.Cluster, deadline time.Duration) 
 	w := New(cl, leaders.New(cl))
 	w.SetMarkersDeadline(deadline)
 	f := &fixture{c: c, cl: cl, w: w, adm: kadm.NewClient(cl)}
-	f.topic(t, "d", 1)
-	return r, w
+	f.topic(t, "d", 2)
+	return r, f
 }
 
 // TestMarkersDeadlineResetsTheConnection: filler markers the broker does
@@ -158,7 +181,8 @@ func relayedWriter(t *testing.T, c *devcluster.Cluster, deadline time.Duration) 
 func TestMarkersDeadlineResetsTheConnection(t *testing.T) {
 	c := devclustertest.Start(t)
 	const deadline = 300 * time.Millisecond
-	r, w := relayedWriter(t, c, deadline)
+	r, f := relayedWriter(t, c, deadline)
+	w := f.w
 	ctx := context.Background()
 
 	kc := c.Kfake()
@@ -238,7 +262,8 @@ func TestMarkersHeldInTheNetwork(t *testing.T) {
 	for _, engine := range []devcluster.EngineKind{devcluster.Embedded, devcluster.Kafka} {
 		t.Run(string(engine), func(t *testing.T) {
 			const deadline = 500 * time.Millisecond
-			r, w := relayedWriter(t, devclustertest.Start(t, devcluster.Engine(engine)), deadline)
+			r, f := relayedWriter(t, devclustertest.Start(t, devcluster.Engine(engine)), deadline)
+			w := f.w
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			pid, epoch, err := w.InitProducerID(ctx)

@@ -147,6 +147,15 @@ func plain(t testing.TB, n int) []byte { return batch(t, -1, -1, -1, 0, n) }
 // queued waits until the sink of topic's leader holds n queued batches.
 func (f *fixture) queued(t *testing.T, topic string, n int) {
 	t.Helper()
+	f.await(t, topic, func(s *sink) (bool, string) {
+		return len(s.queue) == n, fmt.Sprintf("%d batches queued, want %d", len(s.queue), n)
+	})
+}
+
+// await waits up to 10 s until ok, called with the sink of the leader of
+// topic's partition 0 locked, says so; else it fails t with what ok says.
+func (f *fixture) await(t *testing.T, topic string, ok func(*sink) (bool, string)) {
+	t.Helper()
 	l, err := f.w.meta.Leader(context.Background(), topic, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -155,13 +164,13 @@ func (f *fixture) queued(t *testing.T, topic string, n int) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		s.mu.Lock()
-		got := len(s.queue)
+		done, what := ok(s)
 		s.mu.Unlock()
-		if got == n {
+		if done {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d batches queued, want %d", got, n)
+			t.Fatal(what)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -1003,73 +1012,59 @@ func TestBatchesWaitForAQueuedMarker(t *testing.T) {
 	}
 }
 
-// TestBatchesFollowTheirMarkers: the batches queued at the head of their
-// partitions leave right behind a markers request, before its answer,
-// though markers stay queued: the batch behind the markers and another
-// partition's batch, in one produce request; the partition's next markers
-// still wait for that batch's answer. Each item lands where its place in
-// the queue says.
+// TestBatchesFollowTheirMarkers (both engines): the batches queued at the
+// head of their partitions leave right behind a markers request, before
+// its answer, though markers stay queued: the batch behind the markers and
+// another partition's batch, in one produce request; the partition's next
+// markers still wait for that batch's answer. The network holds the
+// requests until both are written, and the broker then appends every item
+// where its place in the queue says.
 func TestBatchesFollowTheirMarkers(t *testing.T) {
-	h := holdFirst(t, "fm", 2)
-	f, o, ipid, epoch, first := h.f, h.o, h.ipid, h.epoch, h.first
-	ctx := context.Background()
-	pid := Producer{ID: 1 << 62}
-	mk1 := waitAsync(f.w.MarkersAsync(ctx, pid, "fm", 0, 1))
-	behind := waitAsync(f.w.ProduceAsync(ctx, "fm", 0, batch(t, ipid, epoch, 1, 0, 1)))
-	mk2 := waitAsync(f.w.MarkersAsync(ctx, pid, "fm", 0, 1))
-	other := waitAsync(f.w.ProduceAsync(ctx, "fm", 1, batch(t, ipid, epoch, 0, 0, 1)))
-	f.queued(t, "fm", 4)
+	for _, engine := range []devcluster.EngineKind{devcluster.Embedded, devcluster.Kafka} {
+		t.Run(string(engine), func(t *testing.T) {
+			r, f := relayedWriter(t, devclustertest.Start(t, devcluster.Engine(engine)), 0)
+			f.w.near.inflight = 4
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			land(t, f.w, "d", 0)
+			land(t, f.w, "d", 1)
+			pid := Producer{ID: 1 << 62}
 
-	// The broker holds the first markers request (kfake serves nothing
-	// else meanwhile) until the writer has two requests in flight.
-	kc := f.c.Kfake()
-	var held atomic.Int32
-	release := make(chan struct{})
-	kc.ControlKey(int16(kmsg.WriteTxnMarkers), func(kmsg.Request) (kmsg.Response, error, bool) {
-		kc.KeepControl()
-		if held.Add(1) == 1 {
-			<-release
-		}
-		return nil, nil, false
-	})
-	o.releaseReq(0)
-	l, err := f.w.meta.Leader(ctx, "fm", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := f.w.sink(ctx, l.Leader, topicPart{"fm", 0})
-	inflight := func() int {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.inflight
-	}
-	for deadline := time.Now().Add(10 * time.Second); held.Load() == 0 || inflight() < 2; {
-		if time.Now().After(deadline) {
-			close(release)
-			t.Fatalf("%d requests in flight, markers held %d times: the batches behind the markers did not follow them", inflight(), held.Load())
-		}
-		time.Sleep(time.Millisecond)
-	}
-	close(release)
-	for name, c := range map[string]struct {
-		ch   <-chan result
-		want int64
-	}{"fm/0's first batch": {first, 0}, "fm/0's batch behind its markers": {behind, 2}, "fm/1's batch": {other, 0}} {
-		if r := wait(t, c.ch); r.err != nil || r.off != c.want {
-			t.Errorf("%s: offset %d, %v; want %d", name, r.off, r.err, c.want)
-		}
-	}
-	for name, ch := range map[string]<-chan result{"fm/0's first markers": mk1, "fm/0's second markers": mk2} {
-		if r := wait(t, ch); r.err != nil {
-			t.Errorf("%s: %v", name, r.err)
-		}
-	}
-	if got := f.end(t, "fm", 0); got != 4 {
-		t.Errorf("fm/0 ends at %d, want 4 (batch, marker, batch, marker)", got)
-	}
-	reqs, _, _ := o.snapshot()
-	if len(reqs) != 2 || fmt.Sprint(reqs[1]) != fmt.Sprint([]topicPart{{"fm", 0}, {"fm", 1}}) {
-		t.Errorf("produce requests %v, want fm/0's first batch, then fm/0's next with fm/1's", reqs)
+			r.hold(true)
+			first := waitAsync(f.w.ProduceAsync(ctx, "d", 0, plain(t, 1)))
+			f.await(t, "d", func(s *sink) (bool, string) {
+				return s.inflight == 1 && len(s.queue) == 0, fmt.Sprintf("%d requests in flight, %d items queued: d/0's first batch not sent", s.inflight, len(s.queue))
+			})
+			mk1 := waitAsync(f.w.MarkersAsync(ctx, pid, "d", 0, 1))
+			behind := waitAsync(f.w.ProduceAsync(ctx, "d", 0, plain(t, 1)))
+			mk2 := waitAsync(f.w.MarkersAsync(ctx, pid, "d", 0, 1))
+			other := waitAsync(f.w.ProduceAsync(ctx, "d", 1, plain(t, 1)))
+			f.queued(t, "d", 4)
+			// The first batch goes on to the broker; what the writer sends
+			// after its answer stays in the network.
+			r.pass()
+			f.await(t, "d", func(s *sink) (bool, string) {
+				return s.inflight == 2 && len(s.queue) == 1 && s.queue[0].markers > 0,
+					fmt.Sprintf("%d requests in flight and %d items queued, want 2 (the markers and the batches behind them) and 1 (d/0's next markers): the batches did not follow the markers", s.inflight, len(s.queue))
+			})
+			r.hold(false)
+			for name, c := range map[string]struct {
+				ch   <-chan result
+				want int64
+			}{"d/0's first batch": {first, 1}, "d/0's batch behind its markers": {behind, 3}, "d/1's batch": {other, 1}} {
+				if got := wait(t, c.ch); got.err != nil || got.off != c.want {
+					t.Errorf("%s: offset %d, %v; want %d", name, got.off, got.err, c.want)
+				}
+			}
+			for name, ch := range map[string]<-chan result{"d/0's first markers": mk1, "d/0's second markers": mk2} {
+				if got := wait(t, ch); got.err != nil {
+					t.Errorf("%s: %v", name, got.err)
+				}
+			}
+			if got := f.end(t, "d", 0); got != 5 {
+				t.Errorf("d/0 ends at %d, want 5 (a record, then batch, marker, batch, marker)", got)
+			}
+		})
 	}
 }
 
