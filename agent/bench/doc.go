@@ -32,8 +32,11 @@
 //     to either cluster (internal/netshape), a transactional source written
 //     by the Java producer and its plain twin, a compacted source with 50%
 //     holes; MB/s, CPU-seconds per GB and peak RSS of each, and the
-//     destination brokers' CPU-seconds per GB, as ratios; and the agent's
-//     write requests per MB and what each carried (its /metrics).
+//     destination brokers' CPU-seconds per GB, as ratios; the agent's
+//     write requests per MB and what each carried (its /metrics); and the
+//     batches each contender had the destination append per MB, read back
+//     from the destination topic, with the destination brokers' CPU per
+//     batch.
 //   - BenchmarkAgents: 1, 2 and 3 `kmirror agent` processes with
 //     coordination = "group", each GOMAXPROCS=1, copying six sources (one
 //     mirror each, 2400 MB of 1 KiB values) between the same two Kafka

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/leaders"
+	"github.com/kmirror/kmirror/internal/recordbatch"
 )
 
 // rounds is what a source's layout asks of the writes that mirror it to a
@@ -29,8 +30,43 @@ type rounds struct {
 // layoutRounds reads the batch headers of every partition of topic.
 func layoutRounds(ctx context.Context, b *testing.B, cl *kgo.Client, topic string, parts int32) rounds {
 	b.Helper()
-	meta := leaders.New(cl)
 	items := make([][]bool, parts) // true: markers
+	eachBatch(ctx, b, cl, topic, parts, func(p int32, batch recordbatch.Batch) {
+		marker := batch.IsControl()
+		if n := len(items[p]); marker && n > 0 && items[p][n-1] {
+			return // markers in a row go together
+		}
+		items[p] = append(items[p], marker)
+	})
+	return roundsOf(items)
+}
+
+// logCount is what a topic's log holds: the broker appended each batch on
+// its own (a filler marker is a control batch of one record).
+type logCount struct {
+	batches, control int64 // control: of batches
+	offsets          int64 // from the log starts to the high watermarks
+}
+
+// countLog reads the batch headers of every partition of topic.
+func countLog(ctx context.Context, b *testing.B, cl *kgo.Client, topic string, parts int32) logCount {
+	b.Helper()
+	var c logCount
+	eachBatch(ctx, b, cl, topic, parts, func(_ int32, batch recordbatch.Batch) {
+		c.batches++
+		if batch.IsControl() {
+			c.control++
+		}
+		c.offsets += batch.LastOffset() + 1 - batch.BaseOffset
+	})
+	return c
+}
+
+// eachBatch calls fn with every batch of every partition of topic, in
+// order, from its log start to its high watermark.
+func eachBatch(ctx context.Context, b *testing.B, cl *kgo.Client, topic string, parts int32, fn func(int32, recordbatch.Batch)) {
+	b.Helper()
+	meta := leaders.New(cl)
 	for p := range parts {
 		bounds, err := meta.Bounds(ctx, topic, p)
 		if err != nil {
@@ -39,16 +75,11 @@ func layoutRounds(ctx context.Context, b *testing.B, cl *kgo.Client, topic strin
 		tp := fetcher.TP{Topic: topic, Partition: p}
 		for batch, err := range fetcher.ReadRange(ctx, cl, meta, tp, bounds.LogStart, bounds.HighWatermark, 8<<20) {
 			if err != nil {
-				b.Fatalf("reading the layout of %s: %v", tp, err)
+				b.Fatalf("reading the batches of %s: %v", tp, err)
 			}
-			marker := batch.IsControl()
-			if n := len(items[p]); marker && n > 0 && items[p][n-1] {
-				continue // markers in a row go together
-			}
-			items[p] = append(items[p], marker)
+			fn(p, batch)
 		}
 	}
-	return roundsOf(items)
 }
 
 // roundsOf computes rounds from each partition's items in order (true:

@@ -55,11 +55,14 @@ import (
 // contender's writes cost the cluster (on a machine of few cores it
 // competes with the contender for them). They are printed side by side
 // with their ratios (kmirror/MM2), then kmirror and MM2 at 50 ms over
-// loopback, and transactional over plain. Before the first scenario of
-// each source, each contender copies it once over loopback, not counted
-// (warmUp): the brokers' JIT compiling otherwise fell on whichever ran
-// first. The plain source is 900 MB of
-// 1 KiB zstd values in 6 partitions on Kafka, 300 MB on the embedded engine
+// loopback, and transactional over plain. After each copy the
+// destination topic's batches are counted (countLog): a broker appends
+// each batch on its own, and kmirror writes a control batch for every
+// offset the source hides, where MirrorMaker writes nothing. Before the
+// first scenario of each source, each contender copies it once over
+// loopback, not counted (warmUp): the brokers' JIT compiling otherwise
+// fell on whichever ran first. The plain source is 900 MB of 1 KiB zstd
+// values in 6 partitions on Kafka, 300 MB on the embedded engine
 // (KMIRROR_BENCH_PEER_MB changes it), the transactional one 200 MB and its
 // plain twin 400 MB.
 // KMIRROR_BENCH_PEERS, a regular
@@ -170,7 +173,16 @@ type peerRun struct {
 	result
 	hwm    int64        // peak RSS, bytes
 	writes writer.Stats // kmirror's requests to the destination (none for MM2)
+	// dstLog is what the destination topic held when the contender
+	// stopped, and dstMB the source batch MB that stands for: the broker
+	// appended each of its batches on its own.
+	dstLog logCount
+	dstMB  float64
 }
+
+// dstBatchesPerMB is how many batches the contender had the destination
+// append per MB of source batches copied.
+func (r peerRun) dstBatchesPerMB() float64 { return float64(r.dstLog.batches) / max(r.dstMB, 1e-9) }
 
 func (r peerRun) cpuPerGB() float64 { return r.cpu.Seconds() / (r.bytes / 1e9) }
 
@@ -308,6 +320,17 @@ func printPeers(b *testing.B, pe *peerEnv, ss []*peerScenario, took time.Duratio
 		per := func(items, reqs int64) float64 { return float64(items) / max(float64(reqs), 1) }
 		figure("  %s: kmirror wrote with %.1f requests per MB: %d produce (%.2f batches each), %d WriteTxnMarkers (%.2f markers each), %d transactional produce; it ended %d transactions through the coordinator",
 			s.name, float64(w.Produce+w.Markers+w.ProduceTxn)/mb, w.Produce, per(w.ProduceBatches, w.Produce), w.Markers, per(w.MarkersWritten, w.Markers), w.ProduceTxn, w.Transactions)
+		k, m := s.kmirror, s.mm2
+		cost := ""
+		if pe.kind == devcluster.Kafka {
+			// CPU-s per GB over batches per GB: what one append cost the
+			// destination brokers on average, the work per byte in it
+			// (the CPU is the window's, the batches the whole copy's).
+			perBatch := func(r peerRun) float64 { return r.dstCPUPerGB() * 1e3 / max(r.dstBatchesPerMB(), 1e-9) }
+			cost = fmt.Sprintf("; destination brokers' CPU per batch: kmirror %.0f µs, MM2 %.0f µs", perBatch(k), perBatch(m))
+		}
+		figure("    the destination appended per MB: kmirror %.0f batches (%.0f of them markers), MM2 %.0f batches (%.0f markers)%s",
+			k.dstBatchesPerMB(), float64(k.dstLog.control)/max(k.dstMB, 1e-9), m.dstBatchesPerMB(), float64(m.dstLog.control)/max(m.dstMB, 1e-9), cost)
 		if r := s.src.rounds; r != nil {
 			figure("    its layout (a partition's batch, or its markers in a row, per request, each after the answer to the last) needs at least %d rounds of requests, %.1f per MB; %d, %.1f per MB, writing each round the kind most partitions are at",
 				r.least, float64(r.least)/mb, r.greedy, float64(r.greedy)/mb)
@@ -519,6 +542,8 @@ func (pe *peerEnv) runKmirror(ctx context.Context, b *testing.B, src *peerSource
 		b.Fatal(err)
 	}
 	p.stop()
+	run.dstLog = countLog(ctx, b, pe.dstCl, src.topic, partitions)
+	run.dstMB = float64(src.stored) / MB * float64(run.dstLog.offsets) / float64(src.total)
 	if err := deleteTopic(ctx, pe.dstAdm, src.topic); err != nil {
 		b.Fatal(err)
 	}
@@ -587,6 +612,8 @@ func (pe *peerEnv) runMM2(ctx context.Context, b *testing.B, src *peerSource) pe
 	if n, _ := copied(); n > src.visible {
 		b.Fatalf("MirrorMaker wrote %d records to %s, more than the %d the source shows a read_committed consumer", n, remote, src.visible)
 	}
+	run.dstLog = countLog(ctx, b, pe.dstCl, remote, partitions)
+	run.dstMB = float64(src.stored) / MB * float64(run.dstLog.offsets) / float64(src.visible)
 	if err := deleteTopic(ctx, pe.dstAdm, remote); err != nil {
 		b.Fatal(err)
 	}
