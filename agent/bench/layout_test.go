@@ -3,11 +3,14 @@ package bench
 import (
 	"context"
 	"testing"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/leaders"
+	"github.com/kmirror/kmirror/internal/devcluster"
 	"github.com/kmirror/kmirror/internal/recordbatch"
 )
 
@@ -28,7 +31,7 @@ type rounds struct {
 }
 
 // layoutRounds reads the batch headers of every partition of topic.
-func layoutRounds(ctx context.Context, b *testing.B, cl *kgo.Client, topic string, parts int32) rounds {
+func layoutRounds(ctx context.Context, b testing.TB, cl *kgo.Client, topic string, parts int32) rounds {
 	b.Helper()
 	items := make([][]bool, parts) // true: markers
 	eachBatch(ctx, b, cl, topic, parts, func(p int32, batch recordbatch.Batch) {
@@ -49,7 +52,7 @@ type logCount struct {
 }
 
 // countLog reads the batch headers of every partition of topic.
-func countLog(ctx context.Context, b *testing.B, cl *kgo.Client, topic string, parts int32) logCount {
+func countLog(ctx context.Context, b testing.TB, cl *kgo.Client, topic string, parts int32) logCount {
 	b.Helper()
 	var c logCount
 	eachBatch(ctx, b, cl, topic, parts, func(_ int32, batch recordbatch.Batch) {
@@ -64,7 +67,7 @@ func countLog(ctx context.Context, b *testing.B, cl *kgo.Client, topic string, p
 
 // eachBatch calls fn with every batch of every partition of topic, in
 // order, from its log start to its high watermark.
-func eachBatch(ctx context.Context, b *testing.B, cl *kgo.Client, topic string, parts int32, fn func(int32, recordbatch.Batch)) {
+func eachBatch(ctx context.Context, b testing.TB, cl *kgo.Client, topic string, parts int32, fn func(int32, recordbatch.Batch)) {
 	b.Helper()
 	meta := leaders.New(cl)
 	for p := range parts {
@@ -130,5 +133,53 @@ func TestRoundsOf(t *testing.T) {
 		if got := roundsOf(tc.items); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestCountLog counts a log of a transaction (a batch, then its commit
+// marker) and a plain batch of three records.
+func TestCountLog(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := devcluster.Start(devcluster.Name("count"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Bootstrap()...), kgo.TransactionalID("count"), kgo.DefaultProduceTopic("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := createTopic(ctx, kadm.NewClient(cl), "t", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, kgo.StringRecord("in a transaction")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	plain, err := kgo.NewClient(kgo.SeedBrokers(c.Bootstrap()...), kgo.DefaultProduceTopic("t"), kgo.ProducerLinger(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	// One batch: produced together and flushed at once, before the linger.
+	for _, v := range []string{"a", "b", "c"} {
+		plain.Produce(ctx, kgo.StringRecord(v), func(_ *kgo.Record, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	if err := plain.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := countLog(ctx, t, cl, "t", 1), (logCount{batches: 3, control: 1, offsets: 5}); got != want {
+		t.Errorf("countLog = %+v, want %+v", got, want)
 	}
 }
