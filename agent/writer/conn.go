@@ -213,8 +213,11 @@ type orderedConn struct {
 	format   *kmsg.RequestFormatter
 	versions map[int16]int16 // the broker's highest version of each request
 	expiry   time.Time       // when to stop writing to it (SASL lifetime); zero: never
-	rtt      time.Duration   // the shortest of its rttProbes ApiVersions round trips
-	timeout  time.Duration   // how long the broker may take to answer
+	rtt      time.Duration   // the shortest of its ApiVersions round trips (handshake)
+	// confirm, when set, is the round trip from which the handshake asks
+	// again (rttConfirm) before it keeps rtt.
+	confirm time.Duration
+	timeout time.Duration // how long the broker may take to answer
 	// markers, when set, is how long the broker may take to answer a
 	// WriteTxnMarkers request (Writer.SetMarkersDeadline).
 	markers time.Duration
@@ -260,8 +263,8 @@ const maxResponse = 100 << 20
 const produceMaxVersion = 11
 
 // dialOrdered opens a connection to addr as cl would, and authenticates it;
-// timeout and markers are the orderedConn's.
-func dialOrdered(ctx context.Context, cl *kgo.Client, addr string, timeout, markers time.Duration) (*orderedConn, error) {
+// timeout, markers and confirm are the orderedConn's.
+func dialOrdered(ctx context.Context, cl *kgo.Client, addr string, timeout, markers, confirm time.Duration) (*orderedConn, error) {
 	// The client's dialer: the one it was given, or its own, which does
 	// TLS when the client was given a TLS configuration.
 	dial, _ := cl.OptValue(kgo.Dialer).(func(context.Context, string, string) (net.Conn, error))
@@ -273,7 +276,7 @@ func dialOrdered(ctx context.Context, cl *kgo.Client, addr string, timeout, mark
 		return nil, fmt.Errorf("connecting to broker %s: %w", addr, err)
 	}
 	id, _ := cl.OptValue(kgo.ClientID).(string)
-	c := &orderedConn{addr: addr, nc: nc, format: kmsg.NewRequestFormatter(kmsg.FormatterClientID(id)), timeout: timeout, markers: markers}
+	c := &orderedConn{addr: addr, nc: nc, format: kmsg.NewRequestFormatter(kmsg.FormatterClientID(id)), timeout: timeout, markers: markers, confirm: confirm}
 	if deadline, ok := ctx.Deadline(); ok {
 		_ = nc.SetDeadline(deadline)
 	}
@@ -291,9 +294,22 @@ func dialOrdered(ctx context.Context, cl *kgo.Client, addr string, timeout, mark
 // broker (a broker's pause or a busy machine only lengthens one).
 const rttProbes = 3
 
+// rttConfirm is how many more times, rttSpacing apart, a handshake asks
+// while every round trip so far took confirm or more: a near broker whose
+// answers were slow for a moment gets a longer time to show its distance.
+// On Kafka 4.4.0, during `make test` on a 2-core machine with other
+// packages' brokers running, a broker on loopback answered all three of
+// rttProbes in more than 10 ms, and the writer took it for a far one. A
+// broker that is far costs rttConfirm round trips more, once per first
+// connection.
+const (
+	rttConfirm = 5
+	rttSpacing = 20 * time.Millisecond
+)
+
 // handshake asks the broker's versions and authenticates, one request at a
 // time, before the reader starts; then it asks the versions again, timing
-// each (rtt). The first ask is timed too; the others come after
+// each (rtt), and more times while none came under confirm (rttConfirm). The first ask is timed too; the others come after
 // authentication, as a broker that requires SASL takes one ApiVersions
 // request before SaslHandshake and closes a connection sending another
 // (Kafka's SaslServerAuthenticator).
@@ -333,6 +349,19 @@ func (c *orderedConn) handshake(ctx context.Context, cl *kgo.Client) error {
 		}
 	}
 	for range rttProbes - 1 {
+		if _, err := ask(); err != nil {
+			return err
+		}
+	}
+	for range rttConfirm {
+		if c.confirm <= 0 || c.rtt < c.confirm {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil // what was measured stands
+		case <-time.After(rttSpacing):
+		}
 		if _, err := ask(); err != nil {
 			return err
 		}
@@ -658,7 +687,12 @@ func (w *Writer) ordered(l lane) (*orderedConn, error) {
 		}
 		c.fail(fmt.Errorf("connection to broker %d at %s retired", l.node, c.addr))
 	}
-	nc, err := dialOrdered(ctx, w.cl, addr, w.timeout+10*time.Second, w.markersDeadline)
+	// The first lane's connection is the one measure reads.
+	var confirm time.Duration
+	if l.n == 0 {
+		confirm = w.farRTT
+	}
+	nc, err := dialOrdered(ctx, w.cl, addr, w.timeout+10*time.Second, w.markersDeadline, confirm)
 	if err != nil {
 		return nil, err
 	}
