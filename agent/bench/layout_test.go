@@ -10,7 +10,7 @@ import (
 
 	"github.com/kmirror/kmirror/agent/fetcher"
 	"github.com/kmirror/kmirror/agent/leaders"
-	"github.com/kmirror/kmirror/internal/devcluster"
+	"github.com/kmirror/kmirror/internal/devcluster/devclustertest"
 	"github.com/kmirror/kmirror/internal/recordbatch"
 )
 
@@ -141,11 +141,7 @@ func TestRoundsOf(t *testing.T) {
 func TestCountLog(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := devcluster.Start(devcluster.Name("count"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := devclustertest.Start(t)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Bootstrap()...), kgo.TransactionalID("count"), kgo.DefaultProduceTopic("t"))
 	if err != nil {
 		t.Fatal(err)

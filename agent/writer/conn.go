@@ -214,10 +214,7 @@ type orderedConn struct {
 	versions map[int16]int16 // the broker's highest version of each request
 	expiry   time.Time       // when to stop writing to it (SASL lifetime); zero: never
 	rtt      time.Duration   // the shortest of its ApiVersions round trips (handshake)
-	// confirm, when set, is the round trip from which the handshake asks
-	// again (rttConfirm) before it keeps rtt.
-	confirm time.Duration
-	timeout time.Duration // how long the broker may take to answer
+	timeout  time.Duration   // how long the broker may take to answer
 	// markers, when set, is how long the broker may take to answer a
 	// WriteTxnMarkers request (Writer.SetMarkersDeadline).
 	markers time.Duration
@@ -263,7 +260,7 @@ const maxResponse = 100 << 20
 const produceMaxVersion = 11
 
 // dialOrdered opens a connection to addr as cl would, and authenticates it;
-// timeout, markers and confirm are the orderedConn's.
+// timeout and markers are the orderedConn's, confirm the handshake's.
 func dialOrdered(ctx context.Context, cl *kgo.Client, addr string, timeout, markers, confirm time.Duration) (*orderedConn, error) {
 	// The client's dialer: the one it was given, or its own, which does
 	// TLS when the client was given a TLS configuration.
@@ -276,11 +273,11 @@ func dialOrdered(ctx context.Context, cl *kgo.Client, addr string, timeout, mark
 		return nil, fmt.Errorf("connecting to broker %s: %w", addr, err)
 	}
 	id, _ := cl.OptValue(kgo.ClientID).(string)
-	c := &orderedConn{addr: addr, nc: nc, format: kmsg.NewRequestFormatter(kmsg.FormatterClientID(id)), timeout: timeout, markers: markers, confirm: confirm}
+	c := &orderedConn{addr: addr, nc: nc, format: kmsg.NewRequestFormatter(kmsg.FormatterClientID(id)), timeout: timeout, markers: markers}
 	if deadline, ok := ctx.Deadline(); ok {
 		_ = nc.SetDeadline(deadline)
 	}
-	if err := c.handshake(ctx, cl); err != nil {
+	if err := c.handshake(ctx, cl, confirm); err != nil {
 		nc.Close()
 		return nil, err
 	}
@@ -309,11 +306,12 @@ const (
 
 // handshake asks the broker's versions and authenticates, one request at a
 // time, before the reader starts; then it asks the versions again, timing
-// each (rtt), and more times while none came under confirm (rttConfirm). The first ask is timed too; the others come after
+// each (rtt), and, while none came under confirm (when set), up to
+// rttConfirm times more. The first ask is timed too; the others come after
 // authentication, as a broker that requires SASL takes one ApiVersions
 // request before SaslHandshake and closes a connection sending another
 // (Kafka's SaslServerAuthenticator).
-func (c *orderedConn) handshake(ctx context.Context, cl *kgo.Client) error {
+func (c *orderedConn) handshake(ctx context.Context, cl *kgo.Client, confirm time.Duration) error {
 	av := kmsg.NewPtrApiVersionsRequest()
 	av.Version = 3
 	if nv := cl.OptValues(kgo.SoftwareNameAndVersion); len(nv) == 2 {
@@ -354,7 +352,7 @@ func (c *orderedConn) handshake(ctx context.Context, cl *kgo.Client) error {
 		}
 	}
 	for range rttConfirm {
-		if c.confirm <= 0 || c.rtt < c.confirm {
+		if confirm <= 0 || c.rtt < confirm {
 			break
 		}
 		select {

@@ -319,6 +319,63 @@ func TestMarkersHeldInTheNetwork(t *testing.T) {
 	}
 }
 
+// slowWrites is a net.Conn whose first n writes each wait d first: a broker
+// slow to answer for a moment, as the handshake's timing sees it (one
+// write per request).
+type slowWrites struct {
+	net.Conn
+	n int
+	d time.Duration
+}
+
+func (c *slowWrites) Write(b []byte) (int, error) {
+	if c.n > 0 {
+		c.n--
+		time.Sleep(c.d)
+	}
+	return c.Conn.Write(b)
+}
+
+// TestSlowMomentNotFar (both engines): a near broker whose first three
+// answers took 15 ms each is measured near, by the round trips the
+// handshake asks for after them (rttConfirm); without them it measures 15
+// ms or more, far.
+func TestSlowMomentNotFar(t *testing.T) {
+	for _, engine := range []devcluster.EngineKind{devcluster.Embedded, devcluster.Kafka} {
+		t.Run(string(engine), func(t *testing.T) {
+			c := devclustertest.Start(t, devcluster.Engine(engine))
+			const slow = 15 * time.Millisecond
+			dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+				nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				return &slowWrites{Conn: nc, n: rttProbes, d: slow}, nil
+			}
+			cl, err := kgo.NewClient(kgo.SeedBrokers(c.Bootstrap()...), kgo.Dialer(dial))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			for _, tc := range []struct {
+				confirm time.Duration
+				far     bool
+			}{{0, true}, {farRTT, false}} {
+				oc, err := dialOrdered(ctx, cl, c.Bootstrap()[0], 10*time.Second, 0, tc.confirm)
+				if err != nil {
+					t.Fatal(err)
+				}
+				oc.fail(errClosed)
+				if far := oc.rtt >= farRTT; far != tc.far || (tc.far && oc.rtt < slow) {
+					t.Errorf("confirm %v: round trip %v, far %v; want far %v", tc.confirm, oc.rtt, far, tc.far)
+				}
+			}
+		})
+	}
+}
+
 // TestBrokerMeasuredFar: the writer measures a broker's round trip on the
 // first connection to it, before a partition takes a lane there; a broker
 // behind a link of 15 ms each way is far: two lanes, the far window, and
