@@ -369,16 +369,25 @@ func (c *Coordinator) reconcile(ctx context.Context, recs map[string]mirror.Reco
 	// Items lost whose mirror does not run here (still waiting, or never
 	// in the state topic here) have nothing to stop: released now. Those
 	// of a runner that goes on are its to release (Runner.SetParts).
+	// Those lost while their mirror stops stay granted until it stopped:
+	// the pass after it releases them (its stop releases only what it
+	// held when it began).
 	var idle []string
-	for item := range c.granted {
+	granted := maps.Clone(view.Items)
+	for item, g := range c.granted {
 		name := itemMirror(item)
 		_, running := c.mirrors[name]
 		_, stopping := c.stopping[name]
-		if _, owned := view.Items[item]; !owned && !running && !stopping {
+		_, owned := view.Items[item]
+		switch {
+		case owned || running:
+		case stopping:
+			granted[item] = g
+		default:
 			idle = append(idle, item)
 		}
 	}
-	c.granted = maps.Clone(view.Items)
+	c.granted = granted
 	if len(idle) > 0 {
 		c.cfg.Owner.Released(idle...)
 	}

@@ -61,6 +61,11 @@ type memberMeta struct {
 	// Waiting are items it lost while still waiting out an earlier owner
 	// that may be inside its session: their next owner waits as long.
 	Waiting []string `json:"waiting,omitempty"`
+	// Stopping are items it lost and has not released yet: writes of
+	// them may still be in flight, so nobody gets them this round (a
+	// member asked to rejoin by another's release may rejoin before its
+	// own stops returned).
+	Stopping []string `json:"stopping,omitempty"`
 }
 
 // metaVersion is the version members join with; placeVersion the first
@@ -189,10 +194,13 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 		}
 	}
 	claims := map[string]int{}
-	released, waiting := map[string]bool{}, map[string]bool{}
+	released, waiting, stopping := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, m := range members {
 		for _, k := range m.meta.Waiting {
 			waiting[k] = true
+		}
+		for _, k := range m.meta.Stopping {
+			stopping[k] = true
 		}
 		for _, it := range m.meta.Owned {
 			// An item the leader does not know yet (its view of the
@@ -299,6 +307,12 @@ func assign(items []Item, members []joined, gen int32) map[string]assignment {
 	for k, c := range claims {
 		if c > 1 {
 			placed[k] = true // handed on once both released it
+		}
+	}
+	for k := range stopping {
+		if _, item := weights[k]; item && !placed[k] {
+			placed[k] = true // handed on once its last owner released it
+			moving = true
 		}
 	}
 	var free []string

@@ -102,6 +102,15 @@ func TestAssign(t *testing.T) {
 		},
 		want: map[string][]string{"m-a": keys(0, 3), "m-b": keys(3, 6)},
 	}, {
+		name:  "a round before the revoked items are released (the new member's rejoin came first): still nobody's",
+		items: items(6),
+		members: []joined{
+			{id: "m-a", meta: memberMeta{Agent: "a", Owned: owned(keys(0, 3)...), Released: keys(3, 4), Stopping: keys(4, 6)}},
+			{id: "m-b", meta: memberMeta{Agent: "b"}},
+		},
+		want:   map[string][]string{"m-a": keys(0, 3), "m-b": keys(3, 4)},
+		rejoin: true,
+	}, {
 		name:  "shares that cannot be equal: the member with one more keeps it (no round trip)",
 		items: items(4),
 		members: []joined{

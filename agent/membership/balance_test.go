@@ -159,10 +159,5 @@ func TestBalanceDelay(t *testing.T) {
 }
 
 func testMember(agent string) *Member {
-	return &Member{
-		cfg: Config{AgentID: agent, Group: "g", SessionTimeout: time.Second, BalanceDelay: 5 * time.Second},
-		log: hclog.NewNullLogger(), process: "p",
-		items: map[string]Grant{}, weights: map[string]int64{}, released: map[string]time.Time{}, lostWait: map[string]time.Time{},
-		changed: make(chan struct{}), rejoin: make(chan struct{}, 1),
-	}
+	return newMember(Config{AgentID: agent, Group: "g", SessionTimeout: time.Second, BalanceDelay: 5 * time.Second, Logger: hclog.NewNullLogger()}, "p")
 }

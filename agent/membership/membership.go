@@ -215,6 +215,11 @@ type Member struct {
 	released map[string]time.Time
 	// lostWait is the wait of each item lost, kept until it is released.
 	lostWait map[string]time.Time
+	// stopping are items lost in a rebalance and not Released yet, each
+	// with the time it was lost: this process may still have writes of
+	// them in flight, so its joins claim them (memberMeta.Stopping) and
+	// the leader gives them to nobody until they are released.
+	stopping map[string]time.Time
 	// assigned are the keys of the work this member last assigned, as
 	// the leader.
 	assigned map[string]bool
@@ -275,16 +280,20 @@ func Join(cfg Config) (*Member, error) {
 		return nil, fmt.Errorf("connecting to the destination for group %q: %w", cfg.Group, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Member{
-		cfg: cfg, log: cfg.Logger, cl: cl,
-		items: map[string]Grant{}, weights: map[string]int64{}, released: map[string]time.Time{}, lostWait: map[string]time.Time{},
-		process: hex.EncodeToString(nonce[:]),
-		lost:    errors.New("not joined yet"),
-		changed: make(chan struct{}), rejoin: make(chan struct{}, 1),
-		cancel: cancel, done: make(chan struct{}),
-	}
+	m := newMember(cfg, hex.EncodeToString(nonce[:]))
+	m.cl, m.cancel, m.done = cl, cancel, make(chan struct{})
+	m.lost = errors.New("not joined yet")
 	go m.run(ctx)
 	return m, nil
+}
+
+// newMember is a member of process, not joined, with no client yet.
+func newMember(cfg Config, process string) *Member {
+	return &Member{
+		cfg: cfg, log: cfg.Logger, process: process,
+		items: map[string]Grant{}, weights: map[string]int64{}, released: map[string]time.Time{}, lostWait: map[string]time.Time{}, stopping: map[string]time.Time{},
+		changed: make(chan struct{}), rejoin: make(chan struct{}, 1),
+	}
 }
 
 // Close leaves the group and stops. Its items go to the other members as
@@ -381,6 +390,7 @@ func (m *Member) Released(items ...string) {
 		m.handedOn.Add(1)
 		at := m.lostWait[k]
 		delete(m.lostWait, k)
+		delete(m.stopping, k)
 		m.released[k] = at
 		due = later(due, at)
 	}
@@ -423,6 +433,20 @@ func itemKeys(items []Item) map[string]bool {
 		out[it.Key] = true
 	}
 	return out
+}
+
+// rejoinIfStuck asks for a join when an item lost has not been released
+// within a session: the join hands it on (joinAndSync).
+func (m *Member) rejoinIfStuck() {
+	m.mu.Lock()
+	stuck := false
+	for _, at := range m.stopping {
+		stuck = stuck || time.Since(at) > m.cfg.SessionTimeout
+	}
+	m.mu.Unlock()
+	if stuck {
+		m.askRejoin()
+	}
 }
 
 func (m *Member) askRejoin() {
@@ -498,8 +522,21 @@ func (m *Member) joinAndSync(ctx context.Context) error {
 			delete(m.lostWait, k)
 		}
 	}
+	for k, at := range m.stopping {
+		// Check refuses every write of a lost item, so only writes
+		// sent before it was lost can still land; a stop that has not
+		// returned within a session (a promote can hold one for
+		// minutes) no longer holds the item back.
+		if since := now.Sub(at); since > m.cfg.SessionTimeout {
+			m.log.Warn("a lost item is still not stopped: handing it on", "group", m.cfg.Group, "item", k, "lost", since.Round(time.Millisecond))
+			delete(m.stopping, k)
+			continue
+		}
+		meta.Stopping = append(meta.Stopping, k)
+	}
 	slices.Sort(meta.Released)
 	slices.Sort(meta.Waiting)
+	slices.Sort(meta.Stopping)
 	reported := meta.Released
 	for k := range m.items {
 		meta.Owned = append(meta.Owned, Item{Key: k, Weight: m.weights[k]})
@@ -646,10 +683,23 @@ func (m *Member) apply(a assignment, sent time.Time, gen int32) {
 		}
 		next[k] = g
 	}
+	lostAny := false
 	for k, g := range m.items {
-		if _, kept := next[k]; !kept && g.WritableAt.After(now) {
+		if _, kept := next[k]; kept {
+			continue
+		}
+		m.stopping[k], lostAny = now, true
+		if g.WritableAt.After(now) {
 			m.lostWait[k] = g.WritableAt
 		}
+	}
+	for k := range next {
+		delete(m.stopping, k)
+	}
+	if lostAny {
+		// An item never released is handed on by the first join after
+		// its session: that join is asked for here.
+		time.AfterFunc(m.cfg.SessionTimeout+10*time.Millisecond, m.rejoinIfStuck)
 	}
 	for k := range m.weights {
 		if _, ok := next[k]; !ok {

@@ -33,7 +33,29 @@ type agentUnderTest struct {
 	mu     sync.Mutex
 	grants map[string]Grant // every item it held since start, latest grant
 	lost   map[string]bool  // items it lost at some point
-	done   chan struct{}
+	// holding: items lost are kept in held, not released, as a caller
+	// whose writes of them have not returned yet does.
+	holding bool
+	held    []string
+	done    chan struct{}
+}
+
+// hold makes a keep the items it loses from now on, unreleased.
+func (a *agentUnderTest) hold() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.holding = true
+}
+
+// release releases what a held, and what it loses from now on at once.
+func (a *agentUnderTest) release() {
+	a.mu.Lock()
+	held := a.held
+	a.holding, a.held = false, nil
+	a.mu.Unlock()
+	if len(held) > 0 {
+		a.m.Released(held...)
+	}
 }
 
 // workList is the group's work, as every agent of a test reads it.
@@ -87,6 +109,10 @@ func (a *agentUnderTest) follow() {
 				a.lost[k] = true
 				gone = append(gone, k)
 			}
+		}
+		if a.holding {
+			a.held = append(a.held, gone...)
+			gone = nil
 		}
 		a.mu.Unlock()
 		held = map[string]bool{}
@@ -455,6 +481,83 @@ func testGroup(t *testing.T, engine devcluster.EngineKind) {
 	t.Logf("weighed %s at 1000: balanced %v later, held by %s, %v", heavy, time.Since(measured).Round(time.Millisecond), holder, n)
 
 	t.Run("new items of a home spread", func(t *testing.T) { testHomeItemsSpread(t, boot, group+"-homes") })
+	t.Run("a lost item waits for its release", func(t *testing.T) { testLostWaitsForRelease(t, boot, group+"-release") })
+}
+
+// testLostWaitsForRelease: an item taken from a member in a rebalance goes
+// to nobody until that member released it, even when the member rejoins
+// before: another member's release asks the group to rejoin, and the
+// member still stopping rejoins with the rest. The next owner got it at
+// once (TestGroupMode/embedded, make test): two agents ran the partition.
+func testLostWaitsForRelease(t *testing.T, boot []string, group string) {
+	work := &workList{}
+	for i := range 6 {
+		work.add(Item{Key: fmt.Sprintf("orders/%d", i)})
+	}
+	a, b := startAgent(t, boot, group, "a", work), startAgent(t, boot, group, "b", work)
+	agents := []*agentUnderTest{a, b}
+	owner := waitSettled(t, agents, work)
+	waitWritable(t, agents, owner)
+	a.hold()
+	b.hold()
+	gen := a.m.View().Generation
+	c := startAgent(t, boot, group, "c", work)
+	agents = append(agents, c)
+	// The round that revokes one item of each of a and b, for c.
+	var lostA []string
+	waitUntil(t, func() (bool, string) {
+		lostA = a.heldItems()
+		return len(lostA) > 0 && len(b.heldItems()) > 0, fmt.Sprintf("a holds %v, b %v", lostA, b.heldItems())
+	})
+	// b's release makes the group rejoin; a rejoins still holding.
+	b.release()
+	waitUntil(t, func() (bool, string) {
+		gc := c.m.View().Generation
+		return gc > gen+1 && a.m.View().Generation == gc, fmt.Sprintf("generations a %d, c %d (before c joined: %d)", a.m.View().Generation, gc, gen)
+	})
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, o := range agents {
+			for _, k := range lostA {
+				if _, ok := o.m.View().Items[k]; ok {
+					t.Fatalf("%s has %s, which a lost and has not released (generation %d)", o.id, k, o.m.View().Generation)
+				}
+			}
+		}
+	}
+	a.release()
+	owner = waitSettled(t, agents, work)
+	for _, k := range lostA {
+		o := owner[k]
+		if o == "a" {
+			t.Errorf("%s went back to a", k)
+			continue
+		}
+		for _, x := range agents {
+			if g, _ := x.grant(k); x.id == o && !g.WritableAt.Equal(g.Since) {
+				t.Errorf("%s, released by a, is writable by %s %v after its grant, want at once", k, o, g.WritableAt.Sub(g.Since))
+			}
+		}
+	}
+	t.Logf("a's %v went to nobody until a released them, then to %v; %v", lostA, owner[lostA[0]], countBy(owner))
+}
+
+// waitUntil polls cond for up to a minute and fails t with its last why.
+func waitUntil(t *testing.T, cond func() (bool, string)) {
+	t.Helper()
+	var why string
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		var ok bool
+		if ok, why = cond(); ok {
+			return
+		}
+	}
+	t.Fatalf("waited a minute: %s", why)
+}
+
+func (a *agentUnderTest) heldItems() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.held)
 }
 
 // testHomeItemsSpread: a mirror created while its agent was alone has its
