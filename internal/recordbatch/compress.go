@@ -56,7 +56,11 @@ var (
 	zstdEncoder = sync.OnceValues(func() (*zstd.Encoder, error) {
 		// EncodeAll is safe for concurrent use: by default up to
 		// GOMAXPROCS calls run at once, each on its own encoder state.
-		return zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault))
+		// No frame checksum: the batch's CRC-32C covers the compressed
+		// bytes already, and the Java producer (zstd-jni) writes none
+		// either; on the small runs cut out of compacted batches (10
+		// KiB) it was about a tenth of the encoding time.
+		return zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderCRC(false))
 	})
 	zstdDecoder = sync.OnceValues(func() (*zstd.Decoder, error) {
 		return zstd.NewReader(nil,

@@ -733,3 +733,23 @@ func TestAll(t *testing.T) {
 		t.Fatalf("%d items, last error %v; want a then ErrLength", n, last)
 	}
 }
+
+// TestZstdFrameWithoutChecksum: the zstd frames Build writes carry no
+// content checksum (the Java producer's do not either; the batch CRC covers
+// them), and decode.
+func TestZstdFrameWithoutChecksum(t *testing.T) {
+	recs := []Record{{Key: []byte("k"), Value: bytes.Repeat([]byte("value "), 100)}}
+	b := mustBuild(t, CodecZstd, 0, 0, 0, 1, 0, 0, recs)
+	frame := b[HeaderSize:]
+	if !bytes.HasPrefix(frame, []byte{0x28, 0xb5, 0x2f, 0xfd}) || len(frame) < 5 {
+		t.Fatalf("records section does not start with a zstd frame: % x", frame[:min(len(frame), 8)])
+	}
+	// Frame_Header_Descriptor, bit 2: Content_Checksum_flag.
+	if desc := frame[4]; desc&0x04 != 0 {
+		t.Errorf("frame header descriptor %#x has the content checksum flag set", desc)
+	}
+	got, err := Records(b)
+	if err != nil || len(got) != 1 || !bytes.Equal(got[0].Value, recs[0].Value) {
+		t.Fatalf("Records = %d records, %v", len(got), err)
+	}
+}
