@@ -380,7 +380,7 @@ func (c *Coordinator) reconcile(ctx context.Context, recs map[string]mirror.Reco
 		_, stopping := c.stopping[name]
 		_, owned := view.Items[item]
 		switch {
-		case owned || running:
+		case owned || running: // still ours, or its runner releases it
 		case stopping:
 			granted[item] = g
 		default:

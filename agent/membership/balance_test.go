@@ -161,3 +161,31 @@ func TestBalanceDelay(t *testing.T) {
 func testMember(agent string) *Member {
 	return newMember(Config{AgentID: agent, Group: "g", SessionTimeout: time.Second, BalanceDelay: 5 * time.Second, Logger: hclog.NewNullLogger()}, "p")
 }
+
+// TestJoinStopping: an item lost in a rebalance is named Stopping in the
+// member's joins until it is released (then Released), and for a session
+// at most (then in neither: the leader hands it on).
+func TestJoinStopping(t *testing.T) {
+	m := testMember("a")
+	me := []MemberLoad{{Agent: "a", Process: "p"}}
+	now := time.Now()
+	m.apply(assignment{Items: []string{"x", "y", "z"}, Members: me}, now, 1)
+	m.apply(assignment{Items: []string{"y"}, Members: me, Rejoin: true}, now, 2)
+	m.mu.Lock()
+	meta := m.joinMetaLocked(now)
+	m.mu.Unlock()
+	if !slices.Equal(meta.Stopping, []string{"x", "z"}) || len(meta.Released) != 0 {
+		t.Errorf("after losing x and z: stopping %v, released %v; want [x z], none", meta.Stopping, meta.Released)
+	}
+	m.Released("x")
+	m.mu.Lock()
+	meta = m.joinMetaLocked(now)
+	late := m.joinMetaLocked(now.Add(m.cfg.SessionTimeout + time.Millisecond))
+	m.mu.Unlock()
+	if !slices.Equal(meta.Stopping, []string{"z"}) || !slices.Equal(meta.Released, []string{"x"}) {
+		t.Errorf("x released: stopping %v, released %v; want [z], [x]", meta.Stopping, meta.Released)
+	}
+	if len(late.Stopping) != 0 {
+		t.Errorf("a session after z was lost: stopping %v, want none", late.Stopping)
+	}
+}

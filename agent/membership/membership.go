@@ -503,11 +503,10 @@ func (m *Member) fencedAtLocked() time.Time {
 
 var errRejoin = errors.New("rejoin")
 
-// joinAndSync runs one JoinGroup and SyncGroup.
-func (m *Member) joinAndSync(ctx context.Context) error {
-	m.mu.Lock()
+// joinMetaLocked is what the member says of itself in a join at now; it
+// forgets the lost items whose reports are over.
+func (m *Member) joinMetaLocked(now time.Time) memberMeta {
 	meta := memberMeta{Version: metaVersion, Agent: m.cfg.AgentID, Process: m.process, API: m.cfg.API, Previous: m.members, PreviousGen: m.membersGen, PreviousHistory: m.history, PreviousComplete: m.complete, PreviousWeights: m.knownWeights}
-	now := time.Now()
 	for k, at := range m.released {
 		if at.After(now) {
 			meta.Waiting = append(meta.Waiting, k)
@@ -537,11 +536,18 @@ func (m *Member) joinAndSync(ctx context.Context) error {
 	slices.Sort(meta.Released)
 	slices.Sort(meta.Waiting)
 	slices.Sort(meta.Stopping)
-	reported := meta.Released
 	for k := range m.items {
 		meta.Owned = append(meta.Owned, Item{Key: k, Weight: m.weights[k]})
 	}
 	slices.SortFunc(meta.Owned, func(a, b Item) int { return cmp.Compare(a.Key, b.Key) })
+	return meta
+}
+
+// joinAndSync runs one JoinGroup and SyncGroup.
+func (m *Member) joinAndSync(ctx context.Context) error {
+	m.mu.Lock()
+	meta := m.joinMetaLocked(time.Now())
+	reported := meta.Released
 	memberID := m.memberID
 	m.mu.Unlock()
 	b, err := json.Marshal(meta)
