@@ -175,6 +175,13 @@ func Start(opts ...Option) (*Cluster, error) {
 		return nil, err
 	}
 	cfg.link = link
+	// What clusters killed before they could close left behind
+	// (orphans.go).
+	if removed, err := sweepOrphans(); err != nil {
+		cfg.logger.Warn("could not remove every directory of a killed dev-cluster", "err", err)
+	} else if len(removed) > 0 {
+		cfg.logger.Info("removed the directories of dev-clusters killed before they could close", "dirs", removed)
+	}
 	switch cfg.engine {
 	case Kafka:
 		return startKafka(cfg)

@@ -172,8 +172,12 @@ func startKafka(cfg config) (*Cluster, error) {
 	// that is killed writes no recording).
 	e.java = append(e.java, strings.Fields(os.Getenv("KMIRROR_KAFKA_JVM_OPTS"))...)
 	if e.root == "" {
-		if e.root, err = os.MkdirTemp("", "kmirror-kafka-"+cfg.name+"-"); err != nil {
+		if e.root, err = os.MkdirTemp("", tempRootPrefix+cfg.name+"-"); err != nil {
 			return nil, fmt.Errorf("devcluster: %w", err)
+		}
+		if err := addOwner(e.root, os.Getpid()); err != nil {
+			_ = os.RemoveAll(e.root)
+			return nil, err
 		}
 		e.tempRoot = true
 	} else if e.root, err = filepath.Abs(e.root); err != nil {
@@ -682,6 +686,12 @@ func (e *kafkaEngine) startNode(n *kafkaNode, cfg config) error {
 	}
 	n.cmd, n.done = cmd, make(chan struct{})
 	done := n.done
+	if e.tempRoot {
+		// Its directory stays while it runs, even past this process.
+		if err := addOwner(e.root, cmd.Process.Pid); err != nil {
+			cfg.logger.Warn("kafka cluster: a killed cluster's directory may be removed while this broker still runs", "err", err)
+		}
+	}
 	go func() {
 		_ = cmd.Wait()
 		out.Close()

@@ -37,7 +37,7 @@ func devCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	name := fs.String("name", "dev", "cluster id reported in metadata; give each cluster of a demo its own")
 	brokers := fs.Int("brokers", 1, "number of brokers")
 	port := fs.Int("port", 9092, "first port: brokers listen on 127.0.0.1 ports PORT..PORT+BROKERS-1 (0 picks free ports)")
-	dataDir := fs.String("data-dir", "", "keep the cluster's state in this directory across restarts (default: in memory)")
+	dataDir := fs.String("data-dir", "", "keep the cluster's state in this directory across restarts (default: in memory; with --engine kafka a temporary directory, removed on exit, or by the next dev-cluster to start when this one was killed)")
 	lenient := fs.Bool("lenient", false, "accept what kfake accepts instead of refusing what Apache Kafka refuses")
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn, error or off (kfake's request log is at debug)")
 	var saslUsers saslUserFlag

@@ -392,10 +392,13 @@ func brokerJVMs(t *testing.T, name string) []string {
 }
 
 // TestDevClusterKafkaKilled: a dev-cluster killed with SIGKILL (no deferred
-// close) takes its broker JVMs with it.
+// close) takes its broker JVMs with it, and the next dev-cluster to start
+// removes the directory it left.
 func TestDevClusterKafkaKilled(t *testing.T) {
 	bin := kmirrorbin.Path(t)
 	const name = "killed"
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp) // the dev-cluster's, and devcluster.Start's below
 	p, _, ok := startDevCluster(t, bin, "--engine", "kafka", "--name", name, "--port", "0", "--log-level", "warn")
 	if !ok {
 		t.Fatal("ports taken")
@@ -411,12 +414,42 @@ func TestDevClusterKafkaKilled(t *testing.T) {
 	for {
 		jvms := brokerJVMs(t, name)
 		if len(jvms) == 0 {
-			return
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("broker JVMs %v outlived their SIGKILLed dev-cluster", jvms)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	left, err := filepath.Glob(filepath.Join(tmp, "kmirror-kafka-"+name+"-*"))
+	if err != nil || len(left) != 1 {
+		t.Fatalf("directories the killed dev-cluster left: %v (%v), want its one", left, err)
+	}
+	// pgrep no longer lists a JVM that is exiting; its process is gone
+	// once reaped.
+	owners, err := os.ReadFile(filepath.Join(left[0], "kmirror-owners"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range strings.Fields(string(owners)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("owner file %q: %v", owners, err)
+		}
+		for syscall.Kill(pid, 0) == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d, an owner of the killed dev-cluster's directory, still exists", pid)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	c, err := devcluster.Start(devcluster.Name("after"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if _, err := os.Stat(left[0]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s is still there after the next dev-cluster started (stat: %v)", left[0], err)
 	}
 }
 
