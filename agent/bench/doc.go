@@ -58,7 +58,9 @@
 // KMIRROR_BENCH_PAD change the throughput payload (MB), the payload of
 // BenchmarkMirrorMaker's plain source (MB) and the padding target (offsets
 // per partition); KMIRROR_MM2_VERSION the MirrorMaker release;
-// KMIRROR_BENCH_PEERS picks BenchmarkMirrorMaker's scenarios by name, and
+// KMIRROR_BENCH_PEERS picks BenchmarkMirrorMaker's scenarios by name,
+// KMIRROR_BENCH_PEER_RUNS how many times kmirror copies each (the median
+// run counts), and
 // KMIRROR_KAFKA_JVM_OPTS adds options to the Kafka brokers' JVMs (such as
 // -XX:StartFlightRecording=settings=profile, dumped with jcmd PID JFR.dump).
 package bench
